@@ -1,0 +1,93 @@
+package main
+
+import (
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// cmdAdd reserves one address per range set, as host-local would, and records
+// who holds it. The reservation is durable before the result is printed.
+func cmdAdd(args *skel.CmdArgs) error {
+	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	if c.Marker {
+		return markerAdd(args, c)
+	}
+	result := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	if c.IPAM.ResolvConf != "" {
+		dns, err := parseResolvConf(c.IPAM.ResolvConf)
+		if err != nil {
+			return types.NewError(types.ErrInvalidNetworkConfig, "ipam.resolvConf: "+err.Error(), "")
+		}
+		result.DNS = *dns
+	}
+	s, err := openStore(c, true, false)
+	if err != nil {
+		return storeError(c, err)
+	}
+	defer s.Close()
+
+	req := allocator.AllocateRequest{
+		Network:   c.Network,
+		RangeSets: c.RangeSets,
+		Owner:     ownerOf(args),
+		Now:       time.Now(),
+	}
+	for _, ip := range c.IPAM.IPArgs {
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			req.Requested = append(req.Requested, a.Unmap())
+		}
+	}
+	var recs []*allocator.Record
+	var aerr *types.Error
+	err = s.Update(func(tx *allocator.Tx) error {
+		n, err := tx.MigrateOnce(allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, req.Now)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			logger.Info("imported host-local reservations", "network", c.Network, "count", n)
+		}
+		recs, aerr = allocator.Allocate(tx, req)
+		if aerr != nil && aerr.Code == types.ErrIOFailure {
+			return aerr // roll back: the transaction may be half-applied
+		}
+		// Otherwise commit even on failure: host-local keeps its moved
+		// round-robin point, and the exhaustion count must reach the daemon.
+		return nil
+	})
+	if err != nil {
+		return storeError(c, err)
+	}
+	if aerr != nil {
+		if aerr.Code == allocator.ErrRangeExhausted {
+			kick(c)
+		}
+		return aerr
+	}
+	for _, r := range recs {
+		result.IPs = append(result.IPs, ipConfig(r))
+	}
+	result.Routes = c.IPAM.Routes
+	return types.PrintResult(result, c.CNIVersion)
+}
+
+// ipConfig is a record as a CNI result entry.
+func ipConfig(r *allocator.Record) *current.IPConfig {
+	ipc := &current.IPConfig{
+		Address: net.IPNet{IP: r.IP.AsSlice(), Mask: net.CIDRMask(r.PrefixLen, r.IP.BitLen())},
+	}
+	if r.Gateway.IsValid() {
+		ipc.Gateway = r.Gateway.AsSlice()
+	}
+	return ipc
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// cmdGC releases every reservation of this network whose attachment is not in
+// cni.dev/valid-attachments. Only this network's store is touched. A config
+// without the key is refused: treating it as an empty list would free every
+// address on the node.
+func cmdGC(args *skel.CmdArgs) error {
+	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	if c.Marker || !storeExists(c) {
+		return nil
+	}
+	if c.ValidAttachments == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			"cni.dev/valid-attachments: missing; refusing to garbage-collect without the list of attachments in use", "")
+	}
+	s, err := openStore(c, false, false)
+	if err != nil {
+		return storeError(c, err)
+	}
+	defer s.Close()
+	var gone []*allocator.Record
+	err = s.Update(func(tx *allocator.Tx) error {
+		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, time.Now())
+		return err
+	})
+	if err != nil {
+		return storeError(c, err)
+	}
+	for _, r := range gone {
+		logger.Info("GC released", "network", c.Network, "ip", r.IP, "containerID", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef())
+	}
+	return nil
+}

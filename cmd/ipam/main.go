@@ -1,0 +1,25 @@
+// Command hostlease is a CNI IPAM plugin that is a drop-in replacement for
+// host-local, keeping its reservations in a durable bbolt store with the pod
+// and chain state an operator and the hostlease-gc daemon need.
+//
+// Placed as the last plugin of a conflist with no ipam section, the same binary
+// is the commit marker: reaching it proves the whole chain's ADD succeeded.
+package main
+
+import (
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// buildVersion is set with -ldflags "-X main.buildVersion=...".
+var buildVersion = "dev"
+
+func main() {
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    cmdAdd,
+		Del:    cmdDel,
+		Check:  cmdCheck,
+		GC:     cmdGC,
+		Status: cmdStatus,
+	}, version.All, "hostlease "+buildVersion+" (CNI IPAM, host-local compatible)")
+}

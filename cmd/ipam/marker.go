@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// markerAdd runs when hostlease is the last plugin of a conflist: every plugin
+// before it succeeded, so the attachment's allocations are committed. It passes
+// the chain's result through unchanged. Failing to mark is logged, never fatal:
+// the pod is healthy, and hostlease-gc also commits what CRI reports READY.
+func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
+	conf := &types.NetConf{}
+	if err := json.Unmarshal(args.StdinData, conf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "config: "+err.Error(), "")
+	}
+	if err := version.ParsePrevResult(conf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+	}
+	log := logger.With("verb", "ADD", "mode", "commit-marker", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
+	if storeExists(c) {
+		if n, err := commit(c, args); err != nil {
+			log.Warn("could not mark allocations committed", "error", err)
+		} else if n == 0 {
+			log.Info("no pending allocation for this attachment (ipam is not hostlease, or dataDir differs)")
+		}
+	} else {
+		log.Info("no hostlease store for this network: nothing to commit", "storeDir", c.StoreDir)
+	}
+	if conf.PrevResult == nil {
+		return types.PrintResult(&current.Result{CNIVersion: conf.CNIVersion}, conf.CNIVersion)
+	}
+	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
+}
+
+func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
+	s, err := openStore(c, false, false)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	n := 0
+	err = s.Update(func(tx *allocator.Tx) error {
+		n, err = allocator.Commit(tx, args.ContainerID, args.IfName, time.Now())
+		return err
+	})
+	return n, err
+}
+
+// markerCheck verifies that the chain's allocations were committed.
+func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
+	if !storeExists(c) {
+		return nil
+	}
+	recs, err := held(c, args)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if r.State != allocator.StateCommitted {
+			return types.NewError(types.ErrInternal,
+				"allocation "+r.IP.String()+" is still pending: the commit marker did not run for this attachment", "")
+		}
+	}
+	return nil
+}
+
+// held reads the attachment's records from a read-only view of the store.
+func held(c *allocator.Config, args *skel.CmdArgs) ([]*allocator.Record, error) {
+	s, err := openStore(c, false, true)
+	if err != nil {
+		return nil, storeError(c, err)
+	}
+	defer s.Close()
+	var recs []*allocator.Record
+	err = s.View(func(tx *allocator.Tx) error {
+		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
+		return err
+	})
+	if err != nil {
+		return nil, storeError(c, err)
+	}
+	return recs, nil
+}

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// ownerOf reads the attachment and, when the runtime passed them in CNI_ARGS,
+// the pod's namespace, name and UID.
+func ownerOf(args *skel.CmdArgs) allocator.Owner {
+	o := allocator.Owner{ContainerID: args.ContainerID, IfName: args.IfName, Netns: args.Netns}
+	for kv := range strings.SplitSeq(args.Args, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			o.PodNamespace = v
+		case "K8S_POD_NAME":
+			o.PodName = v
+		case "K8S_POD_UID":
+			o.PodUID = v
+		}
+	}
+	return o
+}

@@ -1,0 +1,176 @@
+package allocator
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	hl "github.com/containernetworking/plugins/plugins/ipam/host-local/backend/allocator"
+)
+
+// Default directories. The store lives apart from host-local's state unless
+// the config names a dataDir, in which case both live under it.
+const (
+	DefaultStoreDir     = "/var/lib/cni/hostlease"
+	DefaultHostLocalDir = "/var/lib/cni/networks"
+	DefaultLockTimeout  = 10 * time.Second
+)
+
+// Config is everything one plugin invocation needs from its stdin and CNI_ARGS.
+type Config struct {
+	Network    string
+	CNIVersion string
+	// Marker is true when the plugin runs as the commit marker (a conflist entry
+	// of type hostlease without an ipam section).
+	Marker bool
+	// IPAM is host-local's own parse of the ipam section: canonical range sets,
+	// routes, resolvConf and requested IPs. Nil in marker mode.
+	IPAM      *hl.IPAMConfig
+	RangeSets []StoredRangeSet
+	// StoreDir holds <network>.db; HostLocalDir holds host-local's <network>/.
+	StoreDir     string
+	HostLocalDir string
+	LockTimeout  time.Duration
+	// FailStatusOnExhaustion makes STATUS fail (code 50) when a range set is full.
+	FailStatusOnExhaustion bool
+	// ValidAttachments is the GC verb's list of attachments to keep.
+	ValidAttachments []Attachment
+	// RawPrevResult is the chain's result so far (marker and CHECK).
+	RawPrevResult map[string]any
+}
+
+// Attachment is one (containerID, ifname) the runtime still uses.
+type Attachment struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+}
+
+// ownConf is the part of the config hostlease reads itself; the ipam section's
+// ranges are left to host-local's parser so validation matches it exactly.
+type ownConf struct {
+	Name          string         `json:"name"`
+	CNIVersion    string         `json:"cniVersion"`
+	Type          string         `json:"type"`
+	DataDir       string         `json:"dataDir"`
+	IPAM          *ownIPAM       `json:"ipam"`
+	PrevResult    map[string]any `json:"prevResult"`
+	Valid         []Attachment   `json:"cni.dev/valid-attachments"`
+	ValidAltSpell []Attachment   `json:"cni.dev/attachments"`
+}
+
+type ownIPAM struct {
+	DataDir                string `json:"dataDir"`
+	LockTimeout            string `json:"lockTimeout"`
+	FailStatusOnExhaustion *bool  `json:"failStatusOnExhaustion"`
+}
+
+// LoadConfig parses a plugin invocation's config. Every error is a *types.Error
+// whose code says what kind of input was wrong and whose message names the field.
+func LoadConfig(stdin []byte, cniArgs string) (*Config, error) {
+	var own ownConf
+	if err := json.Unmarshal(stdin, &own); err != nil {
+		return nil, decodeError(err)
+	}
+	if err := validNetworkName(own.Name); err != nil {
+		return nil, err
+	}
+	c := &Config{
+		Network:                own.Name,
+		CNIVersion:             own.CNIVersion,
+		StoreDir:               DefaultStoreDir,
+		HostLocalDir:           DefaultHostLocalDir,
+		LockTimeout:            DefaultLockTimeout,
+		FailStatusOnExhaustion: true,
+		ValidAttachments:       own.Valid,
+		RawPrevResult:          own.PrevResult,
+	}
+	if c.ValidAttachments == nil {
+		c.ValidAttachments = own.ValidAltSpell
+	}
+	if own.IPAM == nil {
+		// Commit marker: the same binary placed last in a conflist.
+		c.Marker = true
+		if own.DataDir != "" {
+			c.StoreDir = own.DataDir
+		}
+		return c, nil
+	}
+	if own.IPAM.DataDir != "" {
+		c.StoreDir, c.HostLocalDir = own.IPAM.DataDir, own.IPAM.DataDir
+	}
+	if own.IPAM.LockTimeout != "" {
+		d, err := time.ParseDuration(own.IPAM.LockTimeout)
+		if err != nil || d <= 0 {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig,
+				fmt.Sprintf("ipam.lockTimeout: %q is not a positive duration (e.g. \"10s\")", own.IPAM.LockTimeout), "")
+		}
+		c.LockTimeout = d
+	}
+	if own.IPAM.FailStatusOnExhaustion != nil {
+		c.FailStatusOnExhaustion = *own.IPAM.FailStatusOnExhaustion
+	}
+	if err := checkCNIArgs(cniArgs); err != nil {
+		return nil, err
+	}
+	ipam, version, err := hl.LoadIPAMConfig(stdin, cniArgs)
+	if err != nil {
+		return nil, explainIPAMError(stdin, err)
+	}
+	c.IPAM, c.CNIVersion = ipam, version
+	c.RangeSets = storedRangeSets(ipam.Ranges)
+	return c, nil
+}
+
+// checkCNIArgs parses CNI_ARGS as host-local does, so that a malformed value is
+// reported as a bad environment (code 4) naming CNI_ARGS.
+func checkCNIArgs(cniArgs string) error {
+	if cniArgs == "" {
+		return nil
+	}
+	var e hl.IPAMEnvArgs
+	if err := types.LoadArgs(cniArgs, &e); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %v", err), "")
+	}
+	return nil
+}
+
+// validNetworkName enforces CNI's network name rule; the name becomes a file
+// name, so anything else could escape the data dir.
+func validNetworkName(name string) error {
+	ok := name != ""
+	for i := 0; ok && i < len(name); i++ {
+		ch := name[i]
+		alnum := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9'
+		ok = alnum || i > 0 && (ch == '_' || ch == '.' || ch == '-')
+	}
+	if !ok {
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("name: %q is not a valid network name (letters, digits, '_', '.', '-'; starting with a letter or digit)", name), "")
+	}
+	return nil
+}
+
+func toAddr(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
+
+// storedRangeSets converts host-local's canonical ranges to the stored form.
+func storedRangeSets(sets []hl.RangeSet) []StoredRangeSet {
+	out := make([]StoredRangeSet, len(sets))
+	for i, set := range sets {
+		for _, r := range set {
+			ones, _ := r.Subnet.Mask.Size()
+			out[i].Ranges = append(out[i].Ranges, StoredRange{
+				Subnet:  netip.PrefixFrom(toAddr(r.Subnet.IP), ones),
+				Start:   toAddr(r.RangeStart),
+				End:     toAddr(r.RangeEnd),
+				Gateway: toAddr(r.Gateway),
+			})
+		}
+	}
+	return out
+}

@@ -1,0 +1,137 @@
+package allocator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// decodeError classifies a JSON decoding failure: undecodable input or a field
+// of the wrong type is code 6 (failed to decode content), naming the field.
+func decodeError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("config is not valid JSON at byte %d: %v", syn.Offset, err), "")
+	case errors.As(err, &typ):
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s: expected %s, got JSON %s", typ.Field, typ.Type, typ.Value), "")
+	}
+	return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("config: %v", err), "")
+}
+
+// explainIPAMError turns an error from host-local's config loader into a coded
+// error. It runs only on the failure path, so it may re-read the config to find
+// which field holds the bad value.
+func explainIPAMError(stdin []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syn) || errors.As(err, &typ) {
+		return decodeError(err)
+	}
+	msg := err.Error()
+	if field := findBadAddressField(stdin); field != "" {
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("%s: %s", field, msg), "")
+	}
+	switch {
+	case strings.HasPrefix(msg, "invalid range set"), strings.HasPrefix(msg, "range set"), strings.HasPrefix(msg, "no IP ranges"):
+		msg = "ipam.ranges: " + msg
+	case strings.HasPrefix(msg, "cannot understand ip"):
+		return types.NewError(types.ErrInvalidEnvironmentVariables, "requested IPs (CNI_ARGS IP, args.cni.ips, runtimeConfig.ips): "+msg, "")
+	}
+	return types.NewError(types.ErrInvalidNetworkConfig, msg, "")
+}
+
+// findBadAddressField returns the JSON path of the first address or CIDR field
+// that does not parse, or "".
+func findBadAddressField(stdin []byte) string {
+	var doc struct {
+		IPAM          map[string]json.RawMessage `json:"ipam"`
+		RuntimeConfig struct {
+			IPRanges []json.RawMessage `json:"ipRanges"`
+			IPs      []json.RawMessage `json:"ips"`
+		} `json:"runtimeConfig"`
+		Args struct {
+			CNI struct {
+				IPs []json.RawMessage `json:"ips"`
+			} `json:"cni"`
+		} `json:"args"`
+	}
+	if json.Unmarshal(stdin, &doc) != nil {
+		return ""
+	}
+	if f := badRange("ipam", doc.IPAM); f != "" {
+		return f
+	}
+	var sets [][]map[string]json.RawMessage
+	if raw, ok := doc.IPAM["ranges"]; ok && json.Unmarshal(raw, &sets) == nil {
+		for i, set := range sets {
+			for j, r := range set {
+				if f := badRange(fmt.Sprintf("ipam.ranges[%d][%d]", i, j), r); f != "" {
+					return f
+				}
+			}
+		}
+	}
+	for i, raw := range doc.RuntimeConfig.IPRanges {
+		var set []map[string]json.RawMessage
+		if json.Unmarshal(raw, &set) == nil {
+			for j, r := range set {
+				if f := badRange(fmt.Sprintf("runtimeConfig.ipRanges[%d][%d]", i, j), r); f != "" {
+					return f
+				}
+			}
+		}
+	}
+	for i, raw := range doc.RuntimeConfig.IPs {
+		if !parsesAs(raw, addrOrCIDR) {
+			return fmt.Sprintf("runtimeConfig.ips[%d]", i)
+		}
+	}
+	for i, raw := range doc.Args.CNI.IPs {
+		if !parsesAs(raw, addrOrCIDR) {
+			return fmt.Sprintf("args.cni.ips[%d]", i)
+		}
+	}
+	return ""
+}
+
+func badRange(path string, r map[string]json.RawMessage) string {
+	if raw, ok := r["subnet"]; ok && !parsesAs(raw, cidrOnly) {
+		return path + ".subnet"
+	}
+	for _, k := range []string{"rangeStart", "rangeEnd", "gateway"} {
+		if raw, ok := r[k]; ok && !parsesAs(raw, addrOnly) {
+			return path + "." + k
+		}
+	}
+	return ""
+}
+
+// What a field may hold.
+const (
+	cidrOnly   = iota // types.IPNet: "10.0.0.0/24"
+	addrOnly          // net.IP: "10.0.0.1"
+	addrOrCIDR        // plugins' ip.IP: either
+)
+
+// parsesAs reports whether raw is a JSON string holding what kind allows.
+func parsesAs(raw json.RawMessage, kind int) bool {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return false
+	}
+	_, _, cidrErr := net.ParseCIDR(s)
+	isAddr := net.ParseIP(s) != nil
+	switch kind {
+	case cidrOnly:
+		return cidrErr == nil
+	case addrOnly:
+		return isAddr
+	}
+	return cidrErr == nil || isAddr
+}

@@ -1,0 +1,105 @@
+package allocator
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// SchemaVersion is the version of the record and store layout this code writes.
+// Readers refuse stores with a newer version rather than misreading them.
+const SchemaVersion = 1
+
+// State is where an allocation stands in its chain's life.
+type State string
+
+const (
+	// StatePending: IPAM ADD reserved the address; nothing yet proves the rest
+	// of the chain succeeded.
+	StatePending State = "pending"
+	// StateCommitted: the commit marker ran (the whole chain succeeded), CRI
+	// reported the sandbox READY with this address, or the record was imported
+	// from host-local state that was in use.
+	StateCommitted State = "committed"
+)
+
+// Record is one reserved address. It carries who holds it and why, so that an
+// operator (and the daemon) can tell a live allocation from a leak.
+type Record struct {
+	Version      int         `json:"v"`
+	IP           netip.Addr  `json:"ip"`
+	PrefixLen    int         `json:"prefixLen"`
+	Gateway      netip.Addr  `json:"gateway,omitzero"`
+	RangeSet     int         `json:"rangeSet"`
+	ContainerID  string      `json:"containerID"`
+	IfName       string      `json:"ifName"`
+	Network      string      `json:"network"`
+	PodNamespace string      `json:"podNamespace,omitempty"`
+	PodName      string      `json:"podName,omitempty"`
+	PodUID       string      `json:"podUID,omitempty"`
+	Netns        string      `json:"netns,omitempty"`
+	State        State       `json:"state"`
+	Source       string      `json:"source,omitempty"` // "add", "host-local", "rebuild"
+	Created      time.Time   `json:"created"`
+	Committed    time.Time   `json:"committed,omitzero"`
+	Obs          Observation `json:"obs,omitzero"`
+}
+
+// Observation is what the daemon last saw of a record's sandbox. The plugin
+// never writes it; the daemon owns it.
+type Observation struct {
+	Misses       int       `json:"misses,omitempty"`       // consecutive sweeps the sandbox was absent from CRI
+	FirstMissed  time.Time `json:"firstMissed,omitzero"`   // start of the current absence
+	LastSeen     time.Time `json:"lastSeen,omitzero"`      // last sweep that saw the sandbox listed
+	LastSweep    time.Time `json:"lastSweep,omitzero"`     // last sweep that looked at this record
+	Verdict      string    `json:"verdict,omitempty"`      // the policy's last reason, for `hostlease-gc leaks`
+	SandboxState string    `json:"sandboxState,omitempty"` // READY, NOTREADY, UNKNOWN or absent
+}
+
+// PodRef names the pod for humans: "namespace/name", or "" when unknown.
+func (r *Record) PodRef() string {
+	if r.PodName == "" {
+		return ""
+	}
+	return r.PodNamespace + "/" + r.PodName
+}
+
+// Prefix is the address with its subnet's prefix length, as CNI results show it.
+func (r *Record) Prefix() netip.Prefix { return netip.PrefixFrom(r.IP, r.PrefixLen) }
+
+func encodeRecord(r *Record) ([]byte, error) {
+	r.Version = SchemaVersion
+	return json.Marshal(r)
+}
+
+func decodeRecord(b []byte) (*Record, error) {
+	r := &Record{}
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("undecodable record: %w", err)
+	}
+	if r.Version > SchemaVersion {
+		return nil, fmt.Errorf("record schema v%d is newer than this binary's v%d", r.Version, SchemaVersion)
+	}
+	return r, nil
+}
+
+// AuditEvent is one release or reclaim kept in the store's bounded audit log.
+type AuditEvent struct {
+	Time        time.Time  `json:"time"`
+	Action      string     `json:"action"` // release, gc, reclaim, manual-release, rebuild, import
+	Reason      string     `json:"reason,omitempty"`
+	IP          netip.Addr `json:"ip,omitzero"`
+	ContainerID string     `json:"containerID,omitempty"`
+	IfName      string     `json:"ifName,omitempty"`
+	Pod         string     `json:"pod,omitempty"`
+	By          string     `json:"by,omitempty"` // plugin, hostlease-gc, operator
+}
+
+// Exhaustion counts ADDs that failed because a range set had no free address.
+// The plugin writes it; the daemon exports it and sweeps at once when it grows.
+type Exhaustion struct {
+	Count    uint64    `json:"count"`
+	Last     time.Time `json:"last"`
+	RangeSet string    `json:"rangeSet"` // the range set as host-local prints it
+}

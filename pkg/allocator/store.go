@@ -1,0 +1,189 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket layout of a store (one bbolt file per network):
+//
+//	meta        schema version, network name, range sets, last reserved per range set
+//	allocs      addrKey(ip) -> JSON Record          (the source of truth)
+//	owners      containerID \0 ifname \0 addrKey -> nil   (index for ADD/DEL/CHECK)
+//	exhaustion  range set index -> JSON Exhaustion
+//	audit       big-endian sequence -> JSON AuditEvent (bounded to auditLimit)
+var (
+	bucketMeta       = []byte("meta")
+	bucketAllocs     = []byte("allocs")
+	bucketOwners     = []byte("owners")
+	bucketExhaustion = []byte("exhaustion")
+	bucketAudit      = []byte("audit")
+
+	keySchema  = []byte("schema")
+	keyNetwork = []byte("network")
+	keyRanges  = []byte("ranges")
+)
+
+// auditLimit bounds the audit log so a store never grows without bound.
+const auditLimit = 2048
+
+// ErrStoreUnreadable means the store file exists but cannot be trusted (empty,
+// truncated, garbage, or from a newer schema). ADD must not serve from it: the
+// daemon sets it aside and rebuilds it from CRI. DEL treats it as "no state".
+var ErrStoreUnreadable = errors.New("store unreadable")
+
+// ErrLockTimeout means another process held the store lock for the whole timeout.
+var ErrLockTimeout = errors.New("timed out waiting for the store lock")
+
+// Store is an open allocation store. Callers open it, run one transaction and
+// close it: the bbolt file lock serialises plugin processes, so nothing may keep
+// a store open longer than one operation.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// StorePath is where the store of a network lives under dir.
+func StorePath(dir, network string) string { return filepath.Join(dir, network+".db") }
+
+// OpenOptions says how to open a store.
+type OpenOptions struct {
+	LockTimeout time.Duration
+	ReadOnly    bool
+	// Create makes the directory and the file when missing. Without it a missing
+	// store is reported as os.ErrNotExist.
+	Create bool
+}
+
+// Open opens the store at path. A file that exists but is empty, truncated or
+// otherwise undecodable yields an error wrapping ErrStoreUnreadable; the file is
+// left untouched (it is evidence).
+func Open(path string, o OpenOptions) (s *Store, err error) {
+	fi, statErr := os.Stat(path)
+	switch {
+	case statErr == nil && fi.Size() == 0:
+		// bbolt would silently initialise an empty file: that would forget every
+		// allocation lost with it. Treat it as unreadable instead.
+		return nil, fmt.Errorf("%w: %s is empty", ErrStoreUnreadable, path)
+	case errors.Is(statErr, os.ErrNotExist) && !o.Create:
+		return nil, statErr
+	case errors.Is(statErr, os.ErrNotExist):
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, err
+		}
+	case statErr != nil:
+		return nil, statErr
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		// bbolt panics on some corruptions it meets while reading pages.
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, r)
+		}
+	}()
+	timeout := o.LockTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: o.ReadOnly})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("%w (%s) on %s", ErrLockTimeout, timeout, path)
+		}
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, err)
+	}
+	s = &Store{db: db, path: path}
+	if !o.ReadOnly {
+		if err := s.init(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	} else if err := s.checkSchema(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path is the store's file.
+func (s *Store) Path() string { return s.path }
+
+// Close releases the file lock.
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) init() (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverCorrupt(&err, s.path)
+	return s.db.Update(func(btx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketOwners, bucketExhaustion, bucketAudit} {
+			if btx.Bucket(b) == nil {
+				if _, err := btx.CreateBucket(b); err != nil {
+					return err
+				}
+			}
+		}
+		meta := btx.Bucket(bucketMeta)
+		if v := meta.Get(keySchema); v == nil {
+			return meta.Put(keySchema, []byte{SchemaVersion})
+		} else if len(v) != 1 || int(v[0]) > SchemaVersion {
+			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
+		}
+		return nil
+	})
+}
+
+func (s *Store) checkSchema() error {
+	return s.View(func(tx *Tx) error {
+		if tx.meta == nil || tx.allocs == nil || tx.owners == nil {
+			return fmt.Errorf("%w: %s lacks its buckets", ErrStoreUnreadable, s.path)
+		}
+		if v := tx.meta.Get(keySchema); len(v) != 1 || int(v[0]) > SchemaVersion {
+			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
+		}
+		return nil
+	})
+}
+
+// Update runs fn in one durable read-write transaction: all of fn's writes
+// land together (fsynced) or none do.
+func (s *Store) Update(fn func(*Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverCorrupt(&err, s.path)
+	return s.db.Update(func(btx *bolt.Tx) error { return fn(wrapTx(btx)) })
+}
+
+// View runs fn in a read-only transaction.
+func (s *Store) View(fn func(*Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverCorrupt(&err, s.path)
+	return s.db.View(func(btx *bolt.Tx) error { return fn(wrapTx(btx)) })
+}
+
+// recoverCorrupt turns a panic from a corrupt page into ErrStoreUnreadable.
+// Callers also set debug.SetPanicOnFault so that touching a page beyond the end of a
+// truncated, mmapped file (SIGBUS) is a recoverable panic, not a crash.
+func recoverCorrupt(err *error, path string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, r)
+	}
+}
+
+func wrapTx(btx *bolt.Tx) *Tx {
+	return &Tx{
+		btx:        btx,
+		meta:       btx.Bucket(bucketMeta),
+		allocs:     btx.Bucket(bucketAllocs),
+		owners:     btx.Bucket(bucketOwners),
+		exhaustion: btx.Bucket(bucketExhaustion),
+		audit:      btx.Bucket(bucketAudit),
+	}
+}

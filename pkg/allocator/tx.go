@@ -1,0 +1,296 @@
+package allocator
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Tx is one transaction on a store. Every write keeps the owners index in step
+// with allocs: a record and its index entry are put and deleted together.
+type Tx struct {
+	btx                                     *bolt.Tx
+	meta, allocs, owners, exhaustion, audit *bolt.Bucket
+}
+
+// addrKey encodes an address so that byte order is address order within a
+// family: a family byte (4 or 6) followed by the address bytes.
+func addrKey(a netip.Addr) []byte {
+	if a.Is4() {
+		b := a.As4()
+		return []byte{4, b[0], b[1], b[2], b[3]}
+	}
+	b := a.As16()
+	return append([]byte{6}, b[:]...)
+}
+
+func keyAddr(k []byte) (netip.Addr, bool) {
+	switch {
+	case len(k) == 5 && k[0] == 4:
+		return netip.AddrFrom4([4]byte(k[1:])), true
+	case len(k) == 17 && k[0] == 6:
+		return netip.AddrFrom16([16]byte(k[1:])), true
+	}
+	return netip.Addr{}, false
+}
+
+func ownerPrefix(containerID, ifname string) []byte {
+	b := make([]byte, 0, len(containerID)+len(ifname)+2+17)
+	b = append(b, containerID...)
+	b = append(b, 0)
+	b = append(b, ifname...)
+	return append(b, 0)
+}
+
+// Get returns the record holding ip, or nil.
+func (tx *Tx) Get(ip netip.Addr) (*Record, error) {
+	v := tx.allocs.Get(addrKey(ip))
+	if v == nil {
+		return nil, nil
+	}
+	return decodeRecord(v)
+}
+
+// Taken reports whether ip is reserved, without decoding the record.
+func (tx *Tx) Taken(ip netip.Addr) bool { return tx.allocs.Get(addrKey(ip)) != nil }
+
+// Put writes r under r.IP and indexes it by owner. If a different owner held
+// the address before, its index entry is removed.
+func (tx *Tx) Put(r *Record) error {
+	key := addrKey(r.IP)
+	if old := tx.allocs.Get(key); old != nil {
+		prev, err := decodeRecord(old)
+		if err == nil && (prev.ContainerID != r.ContainerID || prev.IfName != r.IfName) {
+			if err := tx.owners.Delete(append(ownerPrefix(prev.ContainerID, prev.IfName), key...)); err != nil {
+				return err
+			}
+		}
+	}
+	v, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	if err := tx.allocs.Put(key, v); err != nil {
+		return err
+	}
+	return tx.owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), key...), nil)
+}
+
+// Delete removes the record holding ip (and its index entry) and returns it,
+// or nil when the address was free.
+func (tx *Tx) Delete(ip netip.Addr) (*Record, error) {
+	key := addrKey(ip)
+	v := tx.allocs.Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	r, derr := decodeRecord(v)
+	if derr == nil {
+		if err := tx.owners.Delete(append(ownerPrefix(r.ContainerID, r.IfName), key...)); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.allocs.Delete(key); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return &Record{IP: ip}, nil
+	}
+	return r, nil
+}
+
+// ByOwner returns the records held by (containerID, ifname), in address order.
+func (tx *Tx) ByOwner(containerID, ifname string) ([]*Record, error) {
+	prefix := ownerPrefix(containerID, ifname)
+	var out []*Record
+	c := tx.owners.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		ip, ok := keyAddr(k[len(prefix):])
+		if !ok {
+			continue
+		}
+		r, err := tx.Get(ip)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// ForEach calls fn for every record in address order. fn must not write.
+func (tx *Tx) ForEach(fn func(*Record) error) error {
+	return tx.allocs.ForEach(func(k, v []byte) error {
+		r, err := decodeRecord(v)
+		if err != nil {
+			ip, _ := keyAddr(k)
+			return fmt.Errorf("record %s: %w", ip, err)
+		}
+		return fn(r)
+	})
+}
+
+// Count is the number of reserved addresses.
+func (tx *Tx) Count() int { return tx.allocs.Stats().KeyN }
+
+// Network is the network name the store was first written for ("" if never).
+func (tx *Tx) Network() string { return string(tx.meta.Get(keyNetwork)) }
+
+// SetNetwork records the store's network name once.
+func (tx *Tx) SetNetwork(name string) error {
+	if string(tx.meta.Get(keyNetwork)) == name {
+		return nil
+	}
+	return tx.meta.Put(keyNetwork, []byte(name))
+}
+
+func lastReservedKey(rangeSet int) []byte { return []byte("last_reserved." + strconv.Itoa(rangeSet)) }
+
+// LastReserved is the address last reserved in range set idx (host-local's
+// last_reserved_ip.N), the point round-robin allocation continues from.
+func (tx *Tx) LastReserved(idx int) (netip.Addr, bool) {
+	ip, ok := keyAddr(tx.meta.Get(lastReservedKey(idx)))
+	return ip, ok
+}
+
+// SetLastReserved moves range set idx's round-robin point.
+func (tx *Tx) SetLastReserved(idx int, ip netip.Addr) error {
+	return tx.meta.Put(lastReservedKey(idx), addrKey(ip))
+}
+
+// StoredRangeSet is a range set as the plugin last configured it, so that the
+// daemon and CLI can size pools without reading CNI configs.
+type StoredRangeSet struct {
+	Ranges []StoredRange `json:"ranges"`
+}
+
+// StoredRange is one canonical range: every address from Start to End
+// inclusive except Gateway is allocatable.
+type StoredRange struct {
+	Subnet  netip.Prefix `json:"subnet"`
+	Start   netip.Addr   `json:"start"`
+	End     netip.Addr   `json:"end"`
+	Gateway netip.Addr   `json:"gateway,omitzero"`
+}
+
+// RangeSets returns the range sets recorded by the last ADD.
+func (tx *Tx) RangeSets() ([]StoredRangeSet, error) {
+	v := tx.meta.Get(keyRanges)
+	if v == nil {
+		return nil, nil
+	}
+	var out []StoredRangeSet
+	if err := json.Unmarshal(v, &out); err != nil {
+		return nil, fmt.Errorf("stored range sets: %w", err)
+	}
+	return out, nil
+}
+
+// SetRangeSets records the configured range sets; a no-op write is skipped so
+// the common ADD does not rewrite the meta page for nothing.
+func (tx *Tx) SetRangeSets(sets []StoredRangeSet) error {
+	v, err := json.Marshal(sets)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(tx.meta.Get(keyRanges), v) {
+		return nil
+	}
+	return tx.meta.Put(keyRanges, v)
+}
+
+// RecordExhaustion counts one ADD that found range set idx full.
+func (tx *Tx) RecordExhaustion(idx int, desc string, now time.Time) error {
+	key := []byte(strconv.Itoa(idx))
+	var e Exhaustion
+	if v := tx.exhaustion.Get(key); v != nil {
+		_ = json.Unmarshal(v, &e)
+	}
+	e.Count++
+	e.Last = now
+	e.RangeSet = desc
+	v, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return tx.exhaustion.Put(key, v)
+}
+
+// Exhaustions returns the exhaustion counters by range set index.
+func (tx *Tx) Exhaustions() (map[int]Exhaustion, error) {
+	out := map[int]Exhaustion{}
+	err := tx.exhaustion.ForEach(func(k, v []byte) error {
+		idx, err := strconv.Atoi(string(k))
+		if err != nil {
+			return nil
+		}
+		var e Exhaustion
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("exhaustion %s: %w", k, err)
+		}
+		out[idx] = e
+		return nil
+	})
+	return out, err
+}
+
+// Audit appends ev to the bounded audit log, dropping the oldest entries.
+func (tx *Tx) Audit(ev AuditEvent) error {
+	seq, err := tx.audit.NextSequence()
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	if err := tx.audit.Put(binary.BigEndian.AppendUint64(nil, seq), v); err != nil {
+		return err
+	}
+	if seq > auditLimit {
+		// Entries are dense, so the one falling out of the window is seq-limit.
+		return tx.audit.Delete(binary.BigEndian.AppendUint64(nil, seq-auditLimit))
+	}
+	return nil
+}
+
+// AuditLog returns up to limit most recent audit events, oldest first.
+func (tx *Tx) AuditLog(limit int) ([]AuditEvent, error) {
+	var out []AuditEvent
+	c := tx.audit.Cursor()
+	for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
+		var ev AuditEvent
+		if err := json.Unmarshal(v, &ev); err != nil {
+			return nil, fmt.Errorf("audit entry: %w", err)
+		}
+		out = append(out, ev)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+var keyImported = []byte("hostlocal_imported")
+
+// MigrateOnce imports host-local state from dir the first time any write
+// transaction runs on this store, so an address in use under host-local is never
+// handed out again. Later calls cost one key lookup.
+func (tx *Tx) MigrateOnce(dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
+	if tx.meta.Get(keyImported) != nil {
+		return 0, nil
+	}
+	n, err := ImportHostLocal(tx, dir, network, sets, now)
+	if err != nil {
+		return n, err
+	}
+	return n, tx.meta.Put(keyImported, []byte(now.UTC().Format(time.RFC3339)))
+}
