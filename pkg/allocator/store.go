@@ -123,6 +123,30 @@ func (s *Store) Close() error { return s.db.Close() }
 func (s *Store) init() (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err, s.path)
+	// Every plugin call opens the store read-write, and the store is
+	// initialised on all but the first: then a read-only look is enough, and
+	// spares each call a write transaction (a commit: two fdatasyncs).
+	ready := false
+	if err := s.db.View(func(btx *bolt.Tx) error {
+		meta := btx.Bucket(bucketMeta)
+		if meta == nil {
+			return nil
+		}
+		if v := meta.Get(keySchema); v == nil {
+			return nil
+		} else if len(v) != 1 || int(v[0]) > SchemaVersion {
+			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
+		}
+		for _, b := range [][]byte{bucketAllocs, bucketOwners, bucketExhaustion, bucketAudit} {
+			if btx.Bucket(b) == nil {
+				return nil
+			}
+		}
+		ready = true
+		return nil
+	}); err != nil || ready {
+		return err
+	}
 	return s.db.Update(func(btx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketOwners, bucketExhaustion, bucketAudit} {
 			if btx.Bucket(b) == nil {
