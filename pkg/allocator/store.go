@@ -91,9 +91,10 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: o.ReadOnly})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: o.ReadOnly,
+		OpenFile: waitLockOpen(!o.ReadOnly, timeout)})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolt.ErrTimeout) || errors.Is(err, errLockWait) {
 			return nil, fmt.Errorf("%w (%s) on %s", ErrLockTimeout, timeout, path)
 		}
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {

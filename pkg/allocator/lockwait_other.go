@@ -1,0 +1,16 @@
+//go:build !unix
+
+package allocator
+
+import (
+	"errors"
+	"os"
+	"time"
+)
+
+var errLockWait = errors.New("lock wait timed out")
+
+// waitLockOpen leaves locking to bbolt where flock(2) does not exist.
+func waitLockOpen(bool, time.Duration) func(string, int, os.FileMode) (*os.File, error) {
+	return nil
+}
