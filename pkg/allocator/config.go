@@ -115,13 +115,25 @@ func LoadConfig(stdin []byte, cniArgs string) (*Config, error) {
 	if err := checkCNIArgs(cniArgs); err != nil {
 		return nil, err
 	}
-	ipam, version, err := hl.LoadIPAMConfig(stdin, cniArgs)
+	ipam, version, err := loadIPAMConfig(stdin, cniArgs)
 	if err != nil {
 		return nil, explainIPAMError(stdin, err)
 	}
 	c.IPAM, c.CNIVersion = ipam, version
 	c.RangeSets = storedRangeSets(ipam.Ranges)
 	return c, nil
+}
+
+// loadIPAMConfig is host-local's config loader, except that its panic on a
+// null entry in args.cni.ips or runtimeConfig.ips becomes an error: a plugin
+// that crashes on DEL is retried forever.
+func loadIPAMConfig(stdin []byte, cniArgs string) (ipam *hl.IPAMConfig, version string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ipam, version, err = nil, "", fmt.Errorf("null is not an IP address (host-local's parser: %v)", r)
+		}
+	}()
+	return hl.LoadIPAMConfig(stdin, cniArgs)
 }
 
 // checkCNIArgs parses CNI_ARGS as host-local does, so that a malformed value is

@@ -19,7 +19,10 @@ func decodeError(err error) error {
 	case errors.As(err, &syn):
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("config is not valid JSON at byte %d: %v", syn.Offset, err), "")
 	case errors.As(err, &typ):
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s: expected %s, got JSON %s", typ.Field, typ.Type, typ.Value), "")
+		// host-local embeds the legacy top-level range as a Go struct named
+		// Range; its fields sit directly in the ipam object.
+		field := strings.Replace(typ.Field, "ipam.Range.", "ipam.", 1)
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s: expected %s, got JSON %s", field, typ.Type, typ.Value), "")
 	}
 	return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("config: %v", err), "")
 }
@@ -77,6 +80,17 @@ func findBadAddressField(stdin []byte) string {
 			}
 		}
 	}
+	var routes []map[string]json.RawMessage
+	if raw, ok := doc.IPAM["routes"]; ok && json.Unmarshal(raw, &routes) == nil {
+		for i, r := range routes {
+			if raw, ok := r["dst"]; ok && !parsesAs(raw, cidrOnly) {
+				return fmt.Sprintf("ipam.routes[%d].dst", i)
+			}
+			if raw, ok := r["gw"]; ok && !parsesAs(raw, addrOnly) {
+				return fmt.Sprintf("ipam.routes[%d].gw", i)
+			}
+		}
+	}
 	for i, raw := range doc.RuntimeConfig.IPRanges {
 		var set []map[string]json.RawMessage
 		if json.Unmarshal(raw, &set) == nil {
@@ -131,7 +145,7 @@ func parsesAs(raw json.RawMessage, kind int) bool {
 	case cidrOnly:
 		return cidrErr == nil
 	case addrOnly:
-		return isAddr
+		return isAddr || s == "" // net.IP decodes "" and null as unset
 	}
 	return cidrErr == nil || isAddr
 }
