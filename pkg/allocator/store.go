@@ -74,7 +74,7 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 	case errors.Is(statErr, os.ErrNotExist) && !o.Create:
 		return nil, statErr
 	case errors.Is(statErr, os.ErrNotExist):
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		if err := create(path); err != nil {
 			return nil, err
 		}
 	case statErr != nil:
@@ -113,6 +113,38 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// create makes an initialised store file at path without path ever existing
+// empty. bbolt creates a file and only then locks and initialises it, so a
+// concurrent first use of the network would see an empty file, which Open must
+// treat as lost state. The file is built under a private name and hard-linked
+// into place; if another process got there first, its store is kept.
+func create(path string) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".new-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Close(); err != nil {
+		return err
+	}
+	db, err := bolt.Open(tmp, 0o600, nil) // an empty file: bbolt initialises it
+	if err != nil {
+		return err
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // Path is the store's file.
