@@ -1,0 +1,144 @@
+package harness
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// ModulePath is the project's module path; RepoRoot looks for its go.mod.
+const ModulePath = "github.com/hostlease/hostlease"
+
+// PauseImage is the name the cached pause archive imports as.
+const PauseImage = "localhost/hostlease/pause:e2e"
+
+// Artifacts are the cached, prebuilt pieces hack/e2e-setup.sh produces.
+type Artifacts struct {
+	Cache      string // the cache dir (HOSTLEASE_CACHE or /var/cache/hostlease-e2e)
+	Containerd string // containerd binary
+	Shim       string // containerd-shim-runc-v2 binary
+	Ctr        string // ctr binary
+	CNIBinDir  string // dir with bridge, loopback, host-local
+	PauseTar   string // OCI archive of PauseImage
+	Runc       string // runc (from apt)
+}
+
+// CacheDir returns ${HOSTLEASE_CACHE:-/var/cache/hostlease-e2e}.
+func CacheDir() string {
+	if d := os.Getenv("HOSTLEASE_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/hostlease-e2e"
+}
+
+func artifactsIn(cache string) Artifacts {
+	a := Artifacts{
+		Cache:      cache,
+		Containerd: filepath.Join(cache, "bin", "containerd"),
+		Shim:       filepath.Join(cache, "bin", "containerd-shim-runc-v2"),
+		Ctr:        filepath.Join(cache, "bin", "ctr"),
+		CNIBinDir:  filepath.Join(cache, "cni-bin"),
+		PauseTar:   filepath.Join(cache, "pause.tar"),
+	}
+	a.Runc, _ = exec.LookPath("runc")
+	return a
+}
+
+// missing lists the artifacts that are not there.
+func (a Artifacts) missing() []string {
+	var out []string
+	for _, p := range []string{a.Containerd, a.Shim, a.Ctr, a.PauseTar,
+		filepath.Join(a.CNIBinDir, "bridge"), filepath.Join(a.CNIBinDir, "loopback"),
+		filepath.Join(a.CNIBinDir, "host-local")} {
+		if _, err := os.Stat(p); err != nil {
+			out = append(out, p)
+		}
+	}
+	if a.Runc == "" {
+		out = append(out, "runc (on PATH)")
+	}
+	return out
+}
+
+var (
+	artifactsOnce sync.Once
+	artifactsVal  Artifacts
+	artifactsErr  error
+)
+
+// EnsureArtifacts runs hack/e2e-setup.sh once per process (it only checks
+// its cache when everything is built, and rebuilds what is missing or stale)
+// and returns the artifacts. The script's output goes to stderr, so a first,
+// slow run is visible in `go test -v`. Set HOSTLEASE_E2E_SKIP_SETUP=1 to use
+// the cache as it is, without running the script.
+func EnsureArtifacts() (Artifacts, error) {
+	artifactsOnce.Do(func() {
+		a := artifactsIn(CacheDir())
+		if os.Getenv("HOSTLEASE_E2E_SKIP_SETUP") == "" {
+			root, err := RepoRoot()
+			if err != nil {
+				artifactsErr = err
+				return
+			}
+			cmd := exec.Command("bash", filepath.Join(root, "hack", "e2e-setup.sh"))
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			cmd.Env = append(os.Environ(), "HOSTLEASE_CACHE="+a.Cache)
+			if err := cmd.Run(); err != nil {
+				artifactsErr = fmt.Errorf("hack/e2e-setup.sh: %w", err)
+				return
+			}
+			a = artifactsIn(a.Cache)
+		}
+		if m := a.missing(); len(m) > 0 {
+			artifactsErr = fmt.Errorf("e2e artifacts missing (run hack/e2e-setup.sh as root): %s", strings.Join(m, ", "))
+			return
+		}
+		artifactsVal = a
+	})
+	return artifactsVal, artifactsErr
+}
+
+// RepoRoot finds the directory holding the project's go.mod, walking up from
+// the working directory (go test runs in the package dir).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if f, err := os.Open(filepath.Join(dir, "go.mod")); err == nil {
+			sc := bufio.NewScanner(f)
+			ok := sc.Scan() && strings.TrimSpace(sc.Text()) == "module "+ModulePath
+			f.Close()
+			if ok {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cannot find the go.mod of " + ModulePath + " above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// BuildGoBinary builds a main package of this module (import path or
+// ./relative to the repo root) into out.
+func BuildGoBinary(pkg, out string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
