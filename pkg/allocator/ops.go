@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,7 +67,14 @@ func Allocate(tx *Tx, req AllocateRequest) ([]*Record, *types.Error) {
 	if err := tx.SetRangeSets(req.RangeSets); err != nil {
 		return nil, ioError(err)
 	}
-	requested := append([]netip.Addr(nil), req.Requested...)
+	// Requested addresses are a set, as in host-local: the same address asked
+	// for twice (say CNI_ARGS IP= and runtimeConfig.ips) is one request.
+	var requested []netip.Addr
+	for _, ip := range req.Requested {
+		if !slices.Contains(requested, ip) {
+			requested = append(requested, ip)
+		}
+	}
 	var got []*Record
 	undo := func() {
 		if len(got) > 0 {
@@ -116,7 +124,7 @@ func allocateOne(tx *Tx, req AllocateRequest, idx int, set StoredRangeSet, want 
 		}
 		ip = want
 	} else {
-		held, err := Held(tx, req.Owner.ContainerID, req.Owner.IfName)
+		held, err := heldAny(tx, req.Owner.ContainerID, req.Owner.IfName)
 		if err != nil {
 			return nil, ioError(err)
 		}
@@ -171,6 +179,24 @@ func Held(tx *Tx, containerID, ifname string) ([]*Record, error) {
 		return recs, err
 	}
 	return tx.ByOwner(containerID, "")
+}
+
+// heldAny returns the attachment's records together with the container's
+// ID-only records, in the order host-local's duplicate check finds them (its
+// directory walk: file names, i.e. address strings, in lexical order), so that
+// a refused duplicate ADD names the same address.
+func heldAny(tx *Tx, containerID, ifname string) ([]*Record, error) {
+	recs, err := tx.ByOwner(containerID, ifname)
+	if err != nil || ifname == "" {
+		return recs, err
+	}
+	legacy, err := tx.ByOwner(containerID, "")
+	if err != nil {
+		return nil, err
+	}
+	recs = append(recs, legacy...)
+	slices.SortFunc(recs, func(a, b *Record) int { return strings.Compare(a.IP.String(), b.IP.String()) })
+	return recs, nil
 }
 
 // Release frees every address held by (containerID, ifname) and records each
@@ -287,7 +313,9 @@ func Usage(tx *Tx, sets []StoredRangeSet) []PoolUsage {
 			u.Size.Add(u.Size, n)
 			it := tx.takenIter()
 			for t, ok := it.Seek(r.Start); ok && t.Compare(r.End) <= 0 && t.BitLen() == r.Start.BitLen(); t, ok = it.Next() {
-				u.Used++
+				if t != r.Gateway { // not in Size either (reserved under an older config)
+					u.Used++
+				}
 			}
 		}
 		out[i] = u
