@@ -103,6 +103,10 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, err)
 	}
 	s = &Store{db: db, path: path}
+	if err := checkLength(db, path); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if !o.ReadOnly {
 		if err := s.init(); err != nil {
 			db.Close()
