@@ -13,12 +13,16 @@ import (
 // cni.dev/valid-attachments. Only this network's store is touched. A config
 // without the key is refused: treating it as an empty list would free every
 // address on the node.
+//
+// The commit marker collects too: the spec says a plugin must forward GC to its
+// IPAM, but the reference plugins (bridge v1.9.1: "FIXME GC") do not, so in a
+// conflist the marker entry is the only hostlease that libcni's GC reaches.
 func cmdGC(args *skel.CmdArgs) error {
 	c, err := allocator.LoadConfig(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
-	if c.Marker || !storeExists(c) {
+	if !storeExists(c) {
 		return nil
 	}
 	if c.ValidAttachments == nil {
