@@ -136,3 +136,9 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// MarkMigrated records that host-local state must not be imported into this
+// store (it was rebuilt from the runtime, which is more recent truth).
+func (tx *Tx) MarkMigrated(now time.Time) error {
+	return tx.meta.Put(keyImported, []byte(now.UTC().Format(time.RFC3339)))
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
+)
+
+// stdin is where confirmations are read; tests replace it.
+var stdin io.Reader = os.Stdin
+
+// cmdRelease frees one address, or every address of one sandbox, by hand. It
+// shows what it is about to release and asks for confirmation unless --yes.
+func cmdRelease(args []string, stdout, stderr io.Writer) error {
+	fs := flagSet("release", stderr)
+	dataDir := fs.String("data-dir", gc.DefaultDataDir, "directory holding the <network>.db stores")
+	network := fs.String("network", "", "the network (needed when several stores exist)")
+	sandbox := fs.String("sandbox", "", "release every address held by this sandbox (container) ID")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var ip netip.Addr
+	switch {
+	case fs.NArg() == 1 && *sandbox == "":
+		a, err := netip.ParseAddr(fs.Arg(0))
+		if err != nil {
+			return fmt.Errorf("%w: %q is not an IP address", errUsage, fs.Arg(0))
+		}
+		ip = a.Unmap()
+	case fs.NArg() == 0 && *sandbox != "":
+	default:
+		return fmt.Errorf("%w: give exactly one of IP or --sandbox ID", errUsage)
+	}
+	files, err := selectStores(*dataDir, *network)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no stores under %s", *dataDir)
+	}
+	if len(files) > 1 && *network == "" && *sandbox == "" {
+		return fmt.Errorf("%w: %d networks under %s; name one with --network", errUsage, len(files), *dataDir)
+	}
+	// Find what would be released first (read-only), then confirm, then release.
+	type target struct {
+		f    gc.StoreFile
+		recs []*allocator.Record
+	}
+	var targets []target
+	for _, f := range files {
+		snap, err := gc.ReadSnapshot(f.Path)
+		if err != nil {
+			return fmt.Errorf("network %s: %w", f.Network, err)
+		}
+		t := target{f: f}
+		for _, r := range snap.Records {
+			if (ip.IsValid() && r.IP == ip) || (*sandbox != "" && r.ContainerID == *sandbox) {
+				t.recs = append(t.recs, r)
+			}
+		}
+		if len(t.recs) > 0 {
+			targets = append(targets, t)
+		}
+	}
+	if len(targets) == 0 {
+		what := ip.String()
+		if *sandbox != "" {
+			what = "sandbox " + *sandbox
+		}
+		return fmt.Errorf("no allocation found for %s", what)
+	}
+	now := time.Now()
+	for _, t := range targets {
+		for _, r := range t.recs {
+			fmt.Fprintf(stdout, "%s %s held by pod %s, sandbox %s ifname %s, %s, age %s\n",
+				t.f.Network, r.IP, orDash(r.PodRef()), r.ContainerID, orDash(r.IfName), r.State, age(now.Sub(r.Created)))
+		}
+	}
+	if !*yes {
+		fmt.Fprint(stdout, "Release these addresses? A pod still using one would share it with the next pod. [y/N] ")
+		line, _ := bufio.NewReader(stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			return fmt.Errorf("not confirmed; nothing released")
+		}
+	}
+	released := 0
+	for _, t := range targets {
+		st, err := allocator.Open(t.f.Path, allocator.OpenOptions{LockTimeout: 10 * time.Second})
+		if err != nil {
+			return fmt.Errorf("network %s: %w", t.f.Network, err)
+		}
+		err = st.Update(func(tx *allocator.Tx) error {
+			for _, want := range t.recs {
+				cur, err := tx.Get(want.IP)
+				if err != nil || cur == nil || cur.ContainerID != want.ContainerID || !cur.Created.Equal(want.Created) {
+					continue // changed since we looked: leave the new allocation alone
+				}
+				if _, err := tx.Delete(cur.IP); err != nil {
+					return err
+				}
+				if err := tx.Audit(allocator.AuditEvent{Time: now, Action: "manual-release", Reason: "hostlease-gc release",
+					IP: cur.IP, ContainerID: cur.ContainerID, IfName: cur.IfName, Pod: cur.PodRef(), By: "operator"}); err != nil {
+					return err
+				}
+				released++
+			}
+			return nil
+		})
+		st.Close()
+		if err != nil {
+			return fmt.Errorf("network %s: %w", t.f.Network, err)
+		}
+	}
+	_, err = fmt.Fprintf(stdout, "released %d address(es)\n", released)
+	return err
+}

@@ -1,0 +1,137 @@
+package gc
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Daemon runs sweeps on a timer, at once when a plugin records an exhaustion,
+// and serves /metrics, /healthz and /readyz.
+type Daemon struct {
+	Sweeper  *Sweeper
+	Registry *prometheus.Registry
+	// kickPoll is how often the kick file's mtime is checked.
+	kickPoll time.Duration
+
+	lastSweep atomic.Int64 // unix nanos of the last finished sweep
+	ready     atomic.Bool  // a sweep has reached CRI
+}
+
+// NewDaemon wires a daemon from options: CRI client, optional API client,
+// metrics registry.
+func NewDaemon(o *Options, log *slog.Logger) (*Daemon, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cri, err := DialCRI(o.CRIEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := KubeFromOptions(o)
+	if err != nil {
+		cri.Close()
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Daemon{
+		Sweeper:  &Sweeper{Opts: o, CRI: cri, Kube: kube, Metrics: NewMetrics(reg), Log: log},
+		Registry: reg,
+		kickPoll: time.Second,
+	}, nil
+}
+
+// Run sweeps until ctx ends. Each sweep is independent: a failed one is logged
+// and counted, and the next one runs on schedule.
+func (d *Daemon) Run(ctx context.Context) error {
+	o := d.Sweeper.Opts
+	if o.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", o.MetricsAddr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		d.Sweeper.Log.Info("serving metrics", "addr", ln.Addr().String())
+	}
+	d.Sweeper.Log.Info("hostlease-gc started", "version", Version, "dataDir", o.DataDir, "cri", o.CRIEndpoint,
+		"interval", o.Interval, "misses", o.Misses, "grace", o.Grace, "minAge", o.MinAge, "dryRun", o.DryRun, "api", d.Sweeper.Kube != nil)
+	ticker := time.NewTicker(o.Interval)
+	defer ticker.Stop()
+	kickTick := time.NewTicker(d.kickPoll)
+	defer kickTick.Stop()
+	kickPath := filepath.Join(o.DataDir, ".kick")
+	lastKick := modTime(kickPath)
+	d.sweep(ctx, "start")
+	for {
+		select {
+		case <-ctx.Done():
+			d.Sweeper.CRI.Close()
+			return nil
+		case <-ticker.C:
+			d.sweep(ctx, "interval")
+		case <-kickTick.C:
+			if m := modTime(kickPath); m.After(lastKick) {
+				lastKick = m
+				d.sweep(ctx, "exhaustion")
+			}
+		}
+	}
+}
+
+func (d *Daemon) sweep(ctx context.Context, why string) {
+	rep := d.Sweeper.Sweep(ctx)
+	d.lastSweep.Store(time.Now().UnixNano())
+	if rep.CRI.Complete {
+		d.ready.Store(true)
+	}
+	reclaimed := 0
+	for _, nr := range rep.Networks {
+		reclaimed += len(nr.Reclaimed)
+	}
+	d.Sweeper.Log.Debug("sweep finished", "trigger", why, "result", rep.Result, "networks", len(rep.Networks),
+		"reclaimed", reclaimed, "duration", rep.Duration)
+}
+
+// Handler serves /metrics; /healthz fails when no sweep finished for three
+// intervals (a wedged loop); /readyz succeeds once a sweep reached CRI.
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		last := time.Unix(0, d.lastSweep.Load())
+		if d.lastSweep.Load() != 0 && time.Since(last) > 3*d.Sweeper.Opts.Interval+2*criTimeout {
+			http.Error(w, "no sweep finished since "+last.Format(time.RFC3339), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready.Load() {
+			http.Error(w, "no sweep has reached CRI yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// modTime is the file's mtime, or the zero time when it cannot be read.
+func modTime(path string) time.Time {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
+}

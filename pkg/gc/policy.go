@@ -1,0 +1,235 @@
+package gc
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// Sandbox states as CRI reports them, plus Absent for "not listed".
+const (
+	SandboxReady    = "READY"
+	SandboxNotReady = "NOTREADY"
+	SandboxUnknown  = "UNKNOWN"
+	SandboxAbsent   = "absent"
+)
+
+// Sandbox is one pod sandbox as CRI lists it.
+type Sandbox struct {
+	ID    string
+	State string // SandboxReady, SandboxNotReady or SandboxUnknown
+	// IPs from PodSandboxStatus; filled only for READY sandboxes whose records
+	// are still pending (that is when the daemon needs them).
+	IPs []netip.Addr
+}
+
+// CRIView is one ListPodSandbox answer. Complete is false when the call failed,
+// timed out or gave an implausible answer: then nothing may be reclaimed.
+type CRIView struct {
+	Complete  bool
+	Why       string    // why it is not complete
+	ListedAt  time.Time // when the list was requested
+	Sandboxes map[string]Sandbox
+}
+
+// Pod is what the Kubernetes API says about one pod on this node.
+type Pod struct {
+	UID, Namespace, Name string
+	IPs                  []netip.Addr
+	Terminated           bool // phase Succeeded or Failed
+}
+
+// APIView is the pods the API server places on this node. Enabled is false when
+// the daemon runs without an API server; Available is false when it is enabled
+// but could not be read this sweep (then nothing may be reclaimed).
+type APIView struct {
+	Enabled   bool
+	Available bool
+	PodsByUID map[string]Pod
+}
+
+// Policy holds the thresholds of the reclaim decision.
+type Policy struct {
+	Misses             int
+	Grace              time.Duration
+	MinAge             time.Duration
+	NetnsGrace         time.Duration
+	MaxReclaimFraction float64
+}
+
+// PolicyFromOptions takes the policy thresholds from the daemon's flags.
+func PolicyFromOptions(o *Options) Policy {
+	return Policy{Misses: o.Misses, Grace: o.Grace, MinAge: o.MinAge, NetnsGrace: o.NetnsGrace, MaxReclaimFraction: o.MaxReclaimFraction}
+}
+
+// Candidate is one record with the facts the policy needs from the node.
+type Candidate struct {
+	Record *allocator.Record
+	// NetnsGone is true when the record names a netns path that no longer
+	// exists: the runtime tore the sandbox down, so no ADD can be in flight.
+	NetnsGone bool
+}
+
+// Action is what to do with one record.
+type Action int
+
+const (
+	// Keep: leave the record; its observation may still change.
+	Keep Action = iota
+	// MarkCommitted: CRI shows the sandbox READY with this address.
+	MarkCommitted
+	// Reclaim: release the address.
+	Reclaim
+)
+
+// Decision is the policy's verdict on one record, with the reason a person reads.
+type Decision struct {
+	Record *allocator.Record
+	Action Action
+	// Reason is a short code: live, stale, absent, in_flight, vetoed, guarded,
+	// cri_unavailable, api_unavailable, sandbox_absent, netns_gone.
+	Reason string
+	// Detail explains the reason in words.
+	Detail string
+	// Obs is the observation to store (it changes even when Action is Keep).
+	Obs allocator.Observation
+	// Candidate is true for an absent record that counts as a leak candidate.
+	Candidate bool
+}
+
+// NetworkVerdict is the outcome for one network's records.
+type NetworkVerdict struct {
+	Decisions []Decision
+	// Guarded is true when the mass-reclaim guard refused this sweep's reclaims.
+	Guarded bool
+	// WouldReclaim is how many reclaims the guard refused (or that were made).
+	WouldReclaim int
+}
+
+// Decide is the whole reclaim policy: a pure function of the records, what CRI
+// and the API server say, and the clock. It reclaims an address only when all
+// hold:
+//   - CRI answered completely this sweep, and the record predates that answer;
+//   - the sandbox has been absent for at least p.Misses consecutive sweeps;
+//   - and either it has been absent for p.Grace and the record is p.MinAge old
+//     (an ADD can be invisible to CRI for minutes while in flight), or its netns
+//     is gone and it has been absent for p.NetnsGrace;
+//   - the API server (when used) was read and no live pod with the record's UID
+//     lists the address;
+//   - the network's reclaims stay within p.MaxReclaimFraction of its pool.
+//
+// A listed sandbox (READY, NOTREADY or UNKNOWN) is never reclaimed: a NOTREADY
+// one is the runtime's to tear down.
+func Decide(p Policy, cands []Candidate, poolSize float64, cri CRIView, api APIView, now time.Time) NetworkVerdict {
+	var v NetworkVerdict
+	var reclaims []int
+	for _, c := range cands {
+		d := decideOne(p, c, cri, api, now)
+		if d.Action == Reclaim {
+			reclaims = append(reclaims, len(v.Decisions))
+		}
+		v.Decisions = append(v.Decisions, d)
+	}
+	v.WouldReclaim = len(reclaims)
+	if len(reclaims) > 0 && float64(len(reclaims)) > p.MaxReclaimFraction*poolSize {
+		v.Guarded = true
+		for _, i := range reclaims {
+			d := &v.Decisions[i]
+			d.Action, d.Reason = Keep, "guarded"
+			d.Detail = fmt.Sprintf("mass-reclaim guard: this sweep would reclaim %d of %.0f addresses (limit %.0f%%); waiting for a person",
+				len(reclaims), poolSize, p.MaxReclaimFraction*100)
+			d.Obs.Verdict = d.Reason
+		}
+	}
+	return v
+}
+
+func decideOne(p Policy, c Candidate, cri CRIView, api APIView, now time.Time) Decision {
+	r := c.Record
+	d := Decision{Record: r, Action: Keep, Obs: r.Obs}
+	keep := func(reason, detail string) Decision {
+		d.Reason, d.Detail, d.Obs.Verdict = reason, detail, reason
+		return d
+	}
+	if !cri.Complete {
+		// Say nothing about presence: a failed list is not an absence.
+		return keep("cri_unavailable", "CRI did not answer completely: "+cri.Why)
+	}
+	if sb, listed := cri.Sandboxes[r.ContainerID]; listed {
+		d.Obs.Misses, d.Obs.FirstMissed, d.Obs.SandboxState = 0, time.Time{}, sb.State
+		if sb.State != SandboxReady {
+			return keep("stale", "sandbox is "+sb.State+": the runtime releases it when it removes the sandbox")
+		}
+		if r.State == allocator.StatePending && contains(sb.IPs, r.IP) {
+			d = keep("live", "sandbox READY with this address")
+			d.Action = MarkCommitted
+			return d
+		}
+		return keep("live", "sandbox READY")
+	}
+	if !cri.ListedAt.IsZero() && r.Created.After(cri.ListedAt) {
+		// Created after CRI was asked: it cannot be in that answer.
+		return keep("in_flight", "allocated after the CRI list was taken")
+	}
+	d.Candidate = true
+	d.Obs.SandboxState = SandboxAbsent
+	if d.Obs.Misses == 0 || d.Obs.FirstMissed.IsZero() {
+		d.Obs.FirstMissed = now
+	}
+	d.Obs.Misses++
+	absentFor := now.Sub(d.Obs.FirstMissed)
+	age := now.Sub(r.Created)
+	if d.Obs.Misses < p.Misses {
+		return keep("absent", fmt.Sprintf("sandbox absent from CRI for %d of %d sweeps", d.Obs.Misses, p.Misses))
+	}
+	reason := ReclaimSandboxAbsent
+	switch {
+	case c.NetnsGone && absentFor >= p.NetnsGrace:
+		reason = ReclaimNetnsGone
+	case absentFor < p.Grace:
+		return keep("absent", fmt.Sprintf("sandbox absent for %s of the %s grace", absentFor.Round(time.Second), p.Grace))
+	case age < p.MinAge:
+		return keep("in_flight", fmt.Sprintf("allocation is %s old, younger than --min-age %s: an ADD may still be in flight", age.Round(time.Second), p.MinAge))
+	}
+	if api.Enabled {
+		if !api.Available {
+			return keep("api_unavailable", "the API server could not be read to rule out a live pod")
+		}
+		if pod, ok := podListing(api, r); ok {
+			return keep("vetoed", fmt.Sprintf("pod %s/%s (uid %s) on this node lists %s", pod.Namespace, pod.Name, pod.UID, r.IP))
+		}
+	}
+	d.Action, d.Reason, d.Obs.Verdict = Reclaim, reason, reason
+	d.Detail = fmt.Sprintf("sandbox absent from CRI for %d sweeps over %s; allocation %s old", d.Obs.Misses, absentFor.Round(time.Second), age.Round(time.Second))
+	if reason == ReclaimNetnsGone {
+		d.Detail += "; netns " + r.Netns + " is gone"
+	}
+	return d
+}
+
+// podListing finds a live pod on this node that lists the record's address:
+// the record's own pod (by UID, never by name: a StatefulSet reuses names) or,
+// should the address show up on any other live pod, that one. Either way
+// reclaiming would hand out an address a pod still shows.
+func podListing(api APIView, r *allocator.Record) (Pod, bool) {
+	if pod, ok := api.PodsByUID[r.PodUID]; ok && r.PodUID != "" && !pod.Terminated && contains(pod.IPs, r.IP) {
+		return pod, true
+	}
+	for _, pod := range api.PodsByUID {
+		if !pod.Terminated && contains(pod.IPs, r.IP) {
+			return pod, true
+		}
+	}
+	return Pod{}, false
+}
+
+func contains(ips []netip.Addr, ip netip.Addr) bool {
+	for _, x := range ips {
+		if x == ip {
+			return true
+		}
+	}
+	return false
+}

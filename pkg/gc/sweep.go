@@ -1,0 +1,397 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// Sweeper reconciles every store under the data dir with CRI. It keeps no store
+// open between sweeps.
+type Sweeper struct {
+	Opts    *Options
+	CRI     CRI
+	Kube    *Kube // nil: no API server
+	Metrics *Metrics
+	Log     *slog.Logger
+	Now     func() time.Time
+
+	mu sync.Mutex // one sweep at a time
+	// exhaustSeen is the exhaustion count last exported per network and range set.
+	exhaustSeen map[string]map[int]uint64
+	// rangeCache keeps each network's range sets, so a store that turns
+	// unreadable can be rebuilt with only the addresses that belong to it.
+	rangeCache map[string][]allocator.StoredRangeSet
+	known      map[string]bool // networks whose metrics exist
+}
+
+// NetworkReport is what a sweep did to one network.
+type NetworkReport struct {
+	Network   string
+	Path      string
+	Snapshot  *Snapshot
+	Verdict   NetworkVerdict
+	Reclaimed []*allocator.Record
+	Committed int
+	Rebuilt   string // where the unreadable store was set aside, when rebuilt
+	Err       error
+}
+
+// SweepReport is the outcome of one sweep.
+type SweepReport struct {
+	Result   string // SweepOK, SweepCRIError or SweepStoreError
+	CRI      CRIView
+	API      APIView
+	Networks []*NetworkReport
+	Duration time.Duration
+}
+
+func (s *Sweeper) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC().Round(0)
+	}
+	return time.Now().UTC().Round(0)
+}
+
+// Sweep runs one reconciliation. The order matters: stores are read before CRI
+// is listed, so every record the policy judges predates the CRI answer (a
+// sandbox that finished setup is in it; one still in flight is covered by
+// --min-age).
+func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := time.Now()
+	rep := &SweepReport{Result: SweepOK}
+	files, err := FindStores(s.Opts.DataDir)
+	if err != nil {
+		s.Log.Error("cannot list stores", "dataDir", s.Opts.DataDir, "error", err)
+		rep.Result = SweepStoreError
+	}
+	committed := 0
+	var unreadable []*NetworkReport
+	for _, f := range files {
+		nr := &NetworkReport{Network: f.Network, Path: f.Path}
+		rep.Networks = append(rep.Networks, nr)
+		nr.Snapshot, nr.Err = ReadSnapshot(f.Path)
+		switch {
+		case errors.Is(nr.Err, allocator.ErrStoreUnreadable):
+			unreadable = append(unreadable, nr)
+		case nr.Err != nil:
+			rep.Result = SweepStoreError
+			s.Log.Warn("store skipped this sweep", "network", f.Network, "error", nr.Err)
+		default:
+			for _, r := range nr.Snapshot.Records {
+				if r.State == allocator.StateCommitted {
+					committed++
+				}
+			}
+			s.cacheRanges(f.Network, nr.Snapshot.RangeSets)
+		}
+	}
+
+	now := s.now()
+	view, sandboxes := ListView(ctx, s.CRI, committed, now)
+	rep.CRI = view
+	if s.Metrics != nil {
+		s.Metrics.SetCRIUp(view.Complete || sandboxes != nil)
+	}
+	if !view.Complete {
+		rep.Result = SweepCRIError
+		s.Log.Warn("reclaiming nothing this sweep: CRI answer not usable", "why", view.Why)
+	}
+	s.fillPendingIPs(ctx, &view, rep.Networks)
+
+	for _, nr := range unreadable {
+		s.rebuild(ctx, nr, view, sandboxes)
+	}
+
+	// Decide without the API first; ask the API server only when something
+	// would be reclaimed (it is the expensive, rarely needed check).
+	api := APIView{}
+	decide := func() bool {
+		any := false
+		for _, nr := range rep.Networks {
+			if nr.Snapshot == nil || nr.Err != nil {
+				continue
+			}
+			nr.Verdict = Decide(PolicyFromOptions(s.Opts), s.candidates(nr.Snapshot), nr.Snapshot.PoolSize(), view, api, now)
+			any = any || nr.Verdict.WouldReclaim > 0
+		}
+		return any
+	}
+	if decide() && s.Kube != nil {
+		api = s.Kube.View(ctx)
+		decide()
+	}
+	rep.API = api
+
+	for _, nr := range rep.Networks {
+		if nr.Snapshot == nil || nr.Err != nil {
+			continue
+		}
+		if !s.Opts.DryRun {
+			if err := s.apply(nr, now); err != nil {
+				nr.Err = err
+				rep.Result = SweepStoreError
+				s.Log.Error("could not apply sweep to store", "network", nr.Network, "error", err)
+			}
+		}
+		s.report(ctx, nr, api)
+	}
+	rep.Duration = time.Since(start)
+	if s.Metrics != nil {
+		s.Metrics.ObserveSweep(rep.Result, rep.Duration, time.Now())
+	}
+	return rep
+}
+
+func (s *Sweeper) cacheRanges(network string, sets []allocator.StoredRangeSet) {
+	if len(sets) == 0 {
+		return
+	}
+	if s.rangeCache == nil {
+		s.rangeCache = map[string][]allocator.StoredRangeSet{}
+	}
+	s.rangeCache[network] = sets
+}
+
+// candidates pairs each record with whether its netns is provably gone. Only a
+// path under --netns-dir is judged, and only while that directory is visible
+// (a missing mount must not make every netns look gone).
+func (s *Sweeper) candidates(snap *Snapshot) []Candidate {
+	dirVisible := false
+	if fi, err := os.Stat(s.Opts.NetnsDir); err == nil && fi.IsDir() {
+		dirVisible = true
+	}
+	out := make([]Candidate, len(snap.Records))
+	for i, r := range snap.Records {
+		c := Candidate{Record: r}
+		if dirVisible && r.Netns != "" && strings.HasPrefix(filepath.Clean(r.Netns), filepath.Clean(s.Opts.NetnsDir)+"/") {
+			_, err := os.Stat(r.Netns)
+			c.NetnsGone = errors.Is(err, os.ErrNotExist)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// fillPendingIPs asks CRI for the addresses of READY sandboxes that hold
+// pending records, so those can be marked committed. Other sandboxes need no
+// status call.
+func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*NetworkReport) {
+	if !view.Complete {
+		return
+	}
+	for _, nr := range nets {
+		if nr.Snapshot == nil {
+			continue
+		}
+		for _, r := range nr.Snapshot.Records {
+			sb, ok := view.Sandboxes[r.ContainerID]
+			if !ok || sb.State != SandboxReady || r.State != allocator.StatePending || sb.IPs != nil {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, criTimeout)
+			ips, err := s.CRI.SandboxIPs(cctx, sb.ID)
+			cancel()
+			if err != nil {
+				s.Log.Debug("PodSandboxStatus failed", "sandbox", sb.ID, "error", err)
+				continue
+			}
+			sb.IPs = ips
+			view.Sandboxes[sb.ID] = sb
+		}
+	}
+}
+
+// apply writes one network's decisions in a single transaction. Each record is
+// re-read first and changed only if it is still the same allocation (same
+// owner, same creation time): a plugin may have released and re-allocated the
+// address since the snapshot, and that new allocation must not be touched.
+func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
+	st, err := allocator.Open(nr.Path, allocator.OpenOptions{LockTimeout: storeLockTimeout})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var reclaimed []*allocator.Record
+	committed := 0
+	err = st.Update(func(tx *allocator.Tx) error {
+		reclaimed, committed = nil, 0
+		for _, d := range nr.Verdict.Decisions {
+			cur, err := tx.Get(d.Record.IP)
+			if err != nil || cur == nil || cur.ContainerID != d.Record.ContainerID || cur.IfName != d.Record.IfName || !cur.Created.Equal(d.Record.Created) {
+				continue
+			}
+			switch d.Action {
+			case Reclaim:
+				if _, err := tx.Delete(cur.IP); err != nil {
+					return err
+				}
+				if err := tx.Audit(allocator.AuditEvent{Time: now, Action: "reclaim", Reason: d.Reason + ": " + d.Detail,
+					IP: cur.IP, ContainerID: cur.ContainerID, IfName: cur.IfName, Pod: cur.PodRef(), By: "hostlease-gc"}); err != nil {
+					return err
+				}
+				reclaimed = append(reclaimed, cur)
+				continue
+			case MarkCommitted:
+				cur.State, cur.Committed = allocator.StateCommitted, now
+				committed++
+			default:
+				if cur.Obs == d.Obs {
+					continue
+				}
+			}
+			cur.Obs = d.Obs
+			if err := tx.Put(cur); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		nr.Reclaimed, nr.Committed = reclaimed, committed
+	}
+	return err
+}
+
+// report exports a network's gauges and counters, logs what happened and
+// posts Events for reclaims and refused sweeps.
+func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
+	log := s.Log.With("network", nr.Network)
+	candidates := 0
+	for _, d := range nr.Verdict.Decisions {
+		if d.Candidate {
+			candidates++
+		}
+	}
+	for _, r := range nr.Reclaimed {
+		d := decisionFor(nr.Verdict, r)
+		log.Info("reclaimed address", "ip", r.IP, "sandbox", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef(), "reason", d.Reason, "detail", d.Detail, "dryRun", false)
+		msg := fmt.Sprintf("hostlease-gc reclaimed %s (network %s) from sandbox %s: %s", r.IP, nr.Network, short(r.ContainerID), d.Detail)
+		if err := s.Kube.Event(ctx, api, r, "Normal", "AddressReclaimed", msg); err != nil {
+			log.Warn("could not post Event", "error", err)
+		}
+	}
+	if s.Opts.DryRun {
+		for _, d := range nr.Verdict.Decisions {
+			if d.Action == Reclaim {
+				log.Info("would reclaim address (dry run)", "ip", d.Record.IP, "sandbox", d.Record.ContainerID, "pod", d.Record.PodRef(), "reason", d.Reason, "detail", d.Detail)
+			}
+		}
+	}
+	if nr.Verdict.Guarded {
+		log.Error("MASS-RECLAIM GUARD: refusing to reclaim; a person must look (hostlease-gc leaks)",
+			"wouldReclaim", nr.Verdict.WouldReclaim, "poolSize", nr.Snapshot.PoolSize(), "maxFraction", s.Opts.MaxReclaimFraction)
+		if err := s.Kube.Event(ctx, api, nil, "Warning", "MassReclaimRefused",
+			fmt.Sprintf("hostlease-gc refused to reclaim %d addresses of network %s at once (limit %.0f%% of the pool)",
+				nr.Verdict.WouldReclaim, nr.Network, s.Opts.MaxReclaimFraction*100)); err != nil {
+			log.Warn("could not post Event", "error", err)
+		}
+	}
+	m := s.Metrics
+	if m == nil {
+		return
+	}
+	s.initNetwork(nr)
+	pending, committedN := 0, 0
+	reclaimed := map[string]bool{}
+	for _, r := range nr.Reclaimed {
+		reclaimed[r.IP.String()] = true
+	}
+	for _, d := range nr.Verdict.Decisions {
+		switch {
+		case reclaimed[d.Record.IP.String()]:
+		case d.Record.State == allocator.StateCommitted || d.Action == MarkCommitted && !s.Opts.DryRun:
+			committedN++
+		default:
+			pending++
+		}
+		if d.Reason == "vetoed" {
+			m.Vetoes.WithLabelValues(nr.Network, VetoPodListsIP).Inc()
+		}
+	}
+	m.SetAllocations(nr.Network, pending, committedN)
+	m.SetLeakCandidates(nr.Network, candidates-len(nr.Reclaimed))
+	for _, r := range nr.Reclaimed {
+		m.Reclaims.WithLabelValues(nr.Network, decisionFor(nr.Verdict, r).Reason).Inc()
+	}
+	if nr.Verdict.Guarded {
+		m.ReclaimGuardTripped.WithLabelValues(nr.Network).Inc()
+		m.Vetoes.WithLabelValues(nr.Network, VetoMassReclaimGuard).Add(float64(nr.Verdict.WouldReclaim))
+	}
+	pools := make([]PoolStats, 0, len(nr.Snapshot.Usage))
+	for _, u := range nr.Snapshot.Usage {
+		size, _ := u.Size.Float64()
+		used := u.Used
+		for _, r := range nr.Reclaimed {
+			if r.RangeSet == u.RangeSet {
+				used--
+			}
+		}
+		pools = append(pools, PoolStats{RangeSet: strconv.Itoa(u.RangeSet), Size: clampInt(size), Free: clampInt(size - float64(used))})
+	}
+	m.SetPool(nr.Network, pools)
+	if s.exhaustSeen == nil {
+		s.exhaustSeen = map[string]map[int]uint64{}
+	}
+	if s.exhaustSeen[nr.Network] == nil {
+		s.exhaustSeen[nr.Network] = map[int]uint64{}
+	}
+	for idx, e := range nr.Snapshot.Exhaustions {
+		seen := s.exhaustSeen[nr.Network][idx]
+		delta := uint64(0)
+		if e.Count >= seen {
+			delta = e.Count - seen
+		} else {
+			delta = e.Count // the store was rebuilt and counts restarted
+		}
+		m.RecordExhaustion(nr.Network, strconv.Itoa(idx), int(delta), e.Last)
+		s.exhaustSeen[nr.Network][idx] = e.Count
+	}
+}
+
+func (s *Sweeper) initNetwork(nr *NetworkReport) {
+	if s.known == nil {
+		s.known = map[string]bool{}
+	}
+	if s.known[nr.Network] {
+		return
+	}
+	s.known[nr.Network] = true
+	var sets []string
+	for i := range nr.Snapshot.RangeSets {
+		sets = append(sets, strconv.Itoa(i))
+	}
+	s.Metrics.InitNetwork(nr.Network, sets...)
+}
+
+func decisionFor(v NetworkVerdict, r *allocator.Record) Decision {
+	for _, d := range v.Decisions {
+		if d.Record.IP == r.IP {
+			return d
+		}
+	}
+	return Decision{}
+}
+
+func clampInt(f float64) int {
+	const maxInt = float64(1<<62 - 1)
+	return int(min(max(f, 0), maxInt))
+}
+
+func short(id string) string {
+	if len(id) > 13 {
+		return id[:13]
+	}
+	return id
+}
