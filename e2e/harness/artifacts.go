@@ -142,3 +142,17 @@ func BuildGoBinary(pkg, out string) error {
 	}
 	return nil
 }
+
+// ProjectBin returns the path of a binary `make build` put into the repo's
+// bin/ (e.g. "hostlease", "hostlease-gc"), or an error saying to build it.
+func ProjectBin(name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(root, "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s not built (run make build): %w", p, err)
+	}
+	return p, nil
+}
