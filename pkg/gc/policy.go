@@ -2,6 +2,7 @@ package gc
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 
@@ -133,7 +134,10 @@ func Decide(p Policy, cands []Candidate, poolSize float64, cri CRIView, api APIV
 		v.Decisions = append(v.Decisions, d)
 	}
 	v.WouldReclaim = len(reclaims)
-	if len(reclaims) > 0 && float64(len(reclaims)) > p.MaxReclaimFraction*poolSize {
+	// The limit is a whole number of addresses; the epsilon keeps a product
+	// such as 0.57*100 = 56.999... from refusing a sweep exactly at the limit.
+	limit := math.Floor(p.MaxReclaimFraction*poolSize + 1e-9)
+	if len(reclaims) > 0 && float64(len(reclaims)) > limit {
 		v.Guarded = true
 		for _, i := range reclaims {
 			d := &v.Decisions[i]
@@ -175,7 +179,9 @@ func decideOne(p Policy, c Candidate, cri CRIView, api APIView, now time.Time) D
 	}
 	d.Candidate = true
 	d.Obs.SandboxState = SandboxAbsent
-	if d.Obs.Misses == 0 || d.Obs.FirstMissed.IsZero() {
+	if d.Obs.Misses == 0 || d.Obs.FirstMissed.IsZero() || d.Obs.FirstMissed.After(now) {
+		// A first miss in the future means the clock was stepped back since:
+		// restart the absence now rather than wait for the clock to catch up.
 		d.Obs.FirstMissed = now
 	}
 	d.Obs.Misses++
