@@ -1,0 +1,430 @@
+// Package integration holds process-level integration tests of the hostlease
+// CNI IPAM plugin: the real binary is exec'd (directly, or by libcni through the
+// reference bridge plugin) exactly as a container runtime would, and the store
+// it leaves behind is inspected with pkg/allocator and raw bbolt.
+//
+// TestMain builds hostlease, bridge and loopback (github.com/containernetworking/plugins,
+// as pinned in go.mod) and a chained test plugin that fails on demand into one
+// temporary CNI bin dir shared by every test.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// binDir is the CNI bin dir holding every plugin the tests exec.
+var binDir string
+
+// hostleaseBin is the plugin under test.
+func hostleaseBin() string { return filepath.Join(binDir, "hostlease") }
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "hostlease-integration-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration: temp bin dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	if err := buildPlugins(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "integration: building plugins:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// buildPlugins builds the plugin binaries in parallel. The chained failing
+// plugin is the e2e suite's e2e/failplugin when the tree has it, otherwise the
+// minimal one in testdata/failplugin (same config keys).
+func buildPlugins(dir string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	failplugin := "github.com/hostlease/hostlease/e2e/failplugin"
+	if out, err := exec.Command(goBin, "list", failplugin).CombinedOutput(); err != nil {
+		failplugin = "./testdata/failplugin"
+		fmt.Fprintf(os.Stderr, "integration: e2e/failplugin unavailable (%s), using %s\n", strings.TrimSpace(string(out)), failplugin)
+	}
+	builds := [][]string{
+		{"-o", filepath.Join(dir, "hostlease"), "github.com/hostlease/hostlease/cmd/ipam"},
+		{"-o", filepath.Join(dir, "bridge"), "github.com/containernetworking/plugins/plugins/main/bridge"},
+		{"-o", filepath.Join(dir, "loopback"), "github.com/containernetworking/plugins/plugins/main/loopback"},
+		{"-o", filepath.Join(dir, "failplugin"), failplugin},
+	}
+	errs := make([]error, len(builds))
+	var wg sync.WaitGroup
+	for i, b := range builds {
+		wg.Go(func() {
+			cmd := exec.Command(goBin, append([]string{"build", "-buildvcs=false"}, b...)...)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("go build %s: %v\n%s", b[len(b)-1], err, out)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// call is one plugin invocation's environment.
+type call struct {
+	Command     string // ADD, DEL, CHECK, GC, STATUS
+	ContainerID string
+	IfName      string
+	Netns       string
+	Args        string // CNI_ARGS
+}
+
+func (c call) env() []string {
+	return []string{
+		"CNI_COMMAND=" + c.Command,
+		"CNI_CONTAINERID=" + c.ContainerID,
+		"CNI_NETNS=" + c.Netns,
+		"CNI_IFNAME=" + c.IfName,
+		"CNI_ARGS=" + c.Args,
+		"CNI_PATH=" + binDir,
+		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+	}
+}
+
+// outcome is what one plugin process did.
+type outcome struct {
+	Stdout, Stderr []byte
+	// Err is the CNI error the plugin printed, nil on exit 0.
+	Err *types.Error
+	// ExitErr is set when the process could not run or exited oddly.
+	ExitErr error
+	Elapsed time.Duration
+}
+
+// ok reports a clean exit 0.
+func (o outcome) ok() bool { return o.Err == nil && o.ExitErr == nil }
+
+func (o outcome) String() string {
+	switch {
+	case o.ExitErr != nil:
+		return fmt.Sprintf("exec failure: %v (stdout %q, stderr %q)", o.ExitErr, o.Stdout, o.Stderr)
+	case o.Err != nil:
+		return fmt.Sprintf("CNI error %d: %s %s (stderr %q)", o.Err.Code, o.Err.Msg, o.Err.Details, o.Stderr)
+	}
+	return "ok"
+}
+
+// pluginCmd prepares the hostlease process for c with conf on stdin.
+func pluginCmd(ctx context.Context, c call, conf []byte) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	cmd := exec.CommandContext(ctx, hostleaseBin())
+	cmd.Env = c.env()
+	cmd.Stdin = bytes.NewReader(conf)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	return cmd, &stdout, &stderr
+}
+
+// runPlugin runs hostlease once to completion.
+func runPlugin(ctx context.Context, c call, conf []byte) outcome {
+	cmd, stdout, stderr := pluginCmd(ctx, c, conf)
+	start := time.Now()
+	err := cmd.Run()
+	return finish(err, stdout.Bytes(), stderr.Bytes(), time.Since(start))
+}
+
+// finish classifies a finished process: exit 0, a CNI error on stdout with
+// exit 1, or anything else.
+func finish(err error, stdout, stderr []byte, elapsed time.Duration) outcome {
+	o := outcome{Stdout: stdout, Stderr: stderr, Elapsed: elapsed}
+	if err == nil {
+		return o
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		var cerr types.Error
+		if jerr := json.Unmarshal(stdout, &cerr); jerr == nil && cerr.Code != 0 {
+			o.Err = &cerr
+			return o
+		}
+	}
+	o.ExitErr = err
+	return o
+}
+
+// resultIPs decodes the addresses of a CNI result.
+func resultIPs(stdout []byte) ([]netip.Prefix, error) {
+	var res struct {
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	}
+	if err := json.Unmarshal(stdout, &res); err != nil {
+		return nil, fmt.Errorf("result %q: %w", stdout, err)
+	}
+	var out []netip.Prefix
+	for _, ip := range res.IPs {
+		p, err := netip.ParsePrefix(ip.Address)
+		if err != nil {
+			return nil, fmt.Errorf("result %q: %w", stdout, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ipamConf is the config a bridge plugin hands its IPAM plugin (its own
+// stdin): top-level bridge keys plus the hostlease ipam section.
+func ipamConf(t testing.TB, network, dataDir string, rangeSets ...string) []byte {
+	t.Helper()
+	sets := make([]any, len(rangeSets))
+	for i, s := range rangeSets {
+		sets[i] = []map[string]string{{"subnet": s}}
+	}
+	b, err := json.Marshal(map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       network,
+		"type":       "bridge",
+		"bridge":     "unused0",
+		"ipam": map[string]any{
+			"type":    "hostlease",
+			"dataDir": dataDir,
+			"ranges":  sets,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// podArgs is CNI_ARGS as containerd passes them for a pod sandbox.
+func podArgs(ns, name, uid, sandbox string) string {
+	return fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s", ns, name, sandbox, uid)
+}
+
+// ownerEntry is one key of the owners index: containerID \0 ifname \0 addrKey.
+type ownerEntry struct {
+	ContainerID, IfName string
+	IP                  netip.Addr
+}
+
+// snapshot is everything a test asserts about a store, read without a writer.
+type snapshot struct {
+	Records []*allocator.Record
+	// Owners is the raw owners index, read with bbolt directly: ByOwner
+	// hides an index entry whose record is gone, this does not.
+	Owners []ownerEntry
+	// BadOwnerKeys are owners keys that do not parse.
+	BadOwnerKeys [][]byte
+	Count        int
+	Audit        []allocator.AuditEvent
+	// PageErrors are bbolt's own consistency check findings (tx.Check).
+	PageErrors []error
+	Size       int64
+}
+
+// readStore opens the store read-only through pkg/allocator (which must
+// succeed and decode every record), then with raw bbolt for the owners index
+// and a page-level consistency check.
+func readStore(t testing.TB, path string) snapshot {
+	t.Helper()
+	var snap snapshot
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("store %s: %v", path, err)
+	}
+	snap.Size = fi.Size()
+	s, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("allocator.Open(%s, read-only): %v", path, err)
+	}
+	err = s.View(func(tx *allocator.Tx) error {
+		snap.Count = tx.Count()
+		if err := tx.ForEach(func(r *allocator.Record) error {
+			snap.Records = append(snap.Records, r)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("ForEach: %w", err)
+		}
+		snap.Audit, err = tx.AuditLog(1 << 30)
+		return err
+	})
+	if cerr := s.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("reading store %s: %v", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("bbolt.Open(%s): %v", path, err)
+	}
+	defer db.Close()
+	err = db.View(func(btx *bolt.Tx) error {
+		for cerr := range btx.Check() {
+			snap.PageErrors = append(snap.PageErrors, cerr)
+		}
+		b := btx.Bucket([]byte("owners"))
+		if b == nil {
+			return errors.New("no owners bucket")
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			e, ok := parseOwnerKey(k)
+			if !ok {
+				snap.BadOwnerKeys = append(snap.BadOwnerKeys, append([]byte(nil), k...))
+				return nil
+			}
+			snap.Owners = append(snap.Owners, e)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatalf("reading owners index of %s: %v", path, err)
+	}
+	return snap
+}
+
+func parseOwnerKey(k []byte) (ownerEntry, bool) {
+	id, rest, ok := bytes.Cut(k, []byte{0})
+	if !ok {
+		return ownerEntry{}, false
+	}
+	ifname, key, ok := bytes.Cut(rest, []byte{0})
+	if !ok {
+		return ownerEntry{}, false
+	}
+	var ip netip.Addr
+	switch {
+	case len(key) == 5 && key[0] == 4:
+		ip = netip.AddrFrom4([4]byte(key[1:]))
+	case len(key) == 17 && key[0] == 6:
+		ip = netip.AddrFrom16([16]byte(key[1:]))
+	default:
+		return ownerEntry{}, false
+	}
+	return ownerEntry{string(id), string(ifname), ip}, true
+}
+
+// checkIntegrity asserts the store-level invariants: bbolt's page check is
+// clean, the owners index and the allocs agree both ways (every index entry
+// names a record of that owner at that address, every record has its entry),
+// and no address has two owners.
+func checkIntegrity(t testing.TB, snap snapshot) {
+	t.Helper()
+	for _, e := range snap.PageErrors {
+		t.Errorf("bbolt consistency check: %v", e)
+	}
+	for _, k := range snap.BadOwnerKeys {
+		t.Errorf("owners index: undecodable key %q", k)
+	}
+	if snap.Count != len(snap.Records) {
+		t.Errorf("allocs: Count() = %d but ForEach saw %d records", snap.Count, len(snap.Records))
+	}
+	byIP := map[netip.Addr]*allocator.Record{}
+	for _, r := range snap.Records {
+		byIP[r.IP] = r
+	}
+	indexed := map[ownerEntry]bool{}
+	ownersOf := map[netip.Addr][]string{}
+	for _, e := range snap.Owners {
+		indexed[e] = true
+		ownersOf[e.IP] = append(ownersOf[e.IP], e.ContainerID+"/"+e.IfName)
+		r := byIP[e.IP]
+		switch {
+		case r == nil:
+			t.Errorf("owners index: %s/%s -> %s, but no record holds %s", e.ContainerID, e.IfName, e.IP, e.IP)
+		case r.ContainerID != e.ContainerID || r.IfName != e.IfName:
+			t.Errorf("owners index: %s/%s -> %s, but the record of %s is owned by %s/%s", e.ContainerID, e.IfName, e.IP, e.IP, r.ContainerID, r.IfName)
+		}
+	}
+	for ip, owners := range ownersOf {
+		if len(owners) > 1 {
+			t.Errorf("address %s is indexed for %d owners: %v", ip, len(owners), owners)
+		}
+	}
+	for _, r := range snap.Records {
+		if !indexed[ownerEntry{r.ContainerID, r.IfName, r.IP}] {
+			t.Errorf("record %s (owner %s/%s) has no owners index entry", r.IP, r.ContainerID, r.IfName)
+		}
+	}
+}
+
+// byOwner returns the records of (containerID, ifname) through the public
+// index lookup, as ADD/DEL/CHECK see them.
+func byOwner(t testing.TB, path string, ids []string, ifname string) map[string][]*allocator.Record {
+	t.Helper()
+	s, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("allocator.Open(%s): %v", path, err)
+	}
+	defer s.Close()
+	out := map[string][]*allocator.Record{}
+	err = s.View(func(tx *allocator.Tx) error {
+		for _, id := range ids {
+			recs, err := tx.ByOwner(id, ifname)
+			if err != nil {
+				return fmt.Errorf("ByOwner(%s): %w", id, err)
+			}
+			if len(recs) > 0 {
+				out[id] = recs
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// errorList collects failures from many goroutines and reports the first few
+// in full, so a systematic failure does not flood the log.
+type errorList struct {
+	mu    sync.Mutex
+	n     int
+	first []string
+}
+
+func (e *errorList) add(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	if len(e.first) < 20 {
+		e.first = append(e.first, fmt.Sprintf(format, args...))
+	}
+}
+
+func (e *errorList) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n
+}
+
+func (e *errorList) report(t testing.TB, what string) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == 0 {
+		return
+	}
+	t.Errorf("%d %s; first ones:\n  %s", e.n, what, strings.Join(e.first, "\n  "))
+}
