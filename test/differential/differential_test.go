@@ -318,7 +318,7 @@ func configs(t *testing.T) []config {
 		ipam:     `"ranges":[[{"subnet":"10.50.0.0/28"}],[{"subnet":"fd00:50::/124","rangeEnd":"fd00:50::c"}]]`,
 		universe: slices.Concat(hosts("10.50.0.", 0, 15), hosts6("fd00:50::", 0, 15)),
 	}, {
-		name: "legacy", version: "0.3.1", sets: 1,
+		name: "legacy", version: "0.2.0", sets: 1, // 0.2.0 results: ip4/ip6 objects
 		ipam:     `"subnet":"10.60.0.0/28","rangeStart":"10.60.0.2","rangeEnd":"10.60.0.12","gateway":"10.60.0.1"`,
 		universe: hosts("10.60.0.", 0, 15),
 	}, {
