@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,6 +33,20 @@ type Sweeper struct {
 	// unreadable can be rebuilt with only the addresses that belong to it.
 	rangeCache map[string][]allocator.StoredRangeSet
 	known      map[string]bool // networks whose metrics exist
+	// dryObs holds, in dry-run, the observations a real sweep would have
+	// stored, so misses accumulate across sweeps without writing the store.
+	dryObs map[string]map[obsKey]allocator.Observation
+}
+
+// obsKey identifies one allocation (not just its address) across sweeps.
+type obsKey struct {
+	ip              netip.Addr
+	container, ifc  string
+	createdUnixNano int64
+}
+
+func keyOf(r *allocator.Record) obsKey {
+	return obsKey{r.IP, r.ContainerID, r.IfName, r.Created.UnixNano()}
 }
 
 // NetworkReport is what a sweep did to one network.
@@ -114,6 +129,10 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 		s.rebuild(ctx, nr, view, sandboxes)
 	}
 
+	if s.Opts.DryRun {
+		s.overlayDryObs(rep.Networks)
+	}
+
 	// Decide without the API first; ask the API server only when something
 	// would be reclaimed (it is the expensive, rarely needed check).
 	api := APIView{}
@@ -133,6 +152,9 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 		decide()
 	}
 	rep.API = api
+	if s.Opts.DryRun {
+		s.keepDryObs(rep.Networks)
+	}
 
 	for _, nr := range rep.Networks {
 		if nr.Snapshot == nil || nr.Err != nil {
@@ -152,6 +174,39 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 		s.Metrics.ObserveSweep(rep.Result, rep.Duration, time.Now())
 	}
 	return rep
+}
+
+// overlayDryObs gives each record the observation the previous dry-run sweep
+// decided (the store still holds the older one, as a dry run writes nothing).
+func (s *Sweeper) overlayDryObs(nets []*NetworkReport) {
+	for _, nr := range nets {
+		seen := s.dryObs[nr.Network]
+		if nr.Snapshot == nil || nr.Err != nil || seen == nil {
+			continue
+		}
+		for _, r := range nr.Snapshot.Records {
+			if o, ok := seen[keyOf(r)]; ok {
+				r.Obs = o
+			}
+		}
+	}
+}
+
+// keepDryObs remembers this dry-run sweep's observations for the next one.
+func (s *Sweeper) keepDryObs(nets []*NetworkReport) {
+	if s.dryObs == nil {
+		s.dryObs = map[string]map[obsKey]allocator.Observation{}
+	}
+	for _, nr := range nets {
+		if nr.Snapshot == nil || nr.Err != nil {
+			continue
+		}
+		m := make(map[obsKey]allocator.Observation, len(nr.Verdict.Decisions))
+		for _, d := range nr.Verdict.Decisions {
+			m[keyOf(d.Record)] = d.Obs
+		}
+		s.dryObs[nr.Network] = m
+	}
 }
 
 func (s *Sweeper) cacheRanges(network string, sets []allocator.StoredRangeSet) {
