@@ -64,7 +64,7 @@ func buildPlugins(dir string) error {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	failplugin := "github.com/hostlease/hostlease/e2e/failplugin"
-	if out, err := exec.Command(goBin, "list", failplugin).CombinedOutput(); err != nil {
+	if out, err := exec.Command(goBin, "list", "-buildvcs=false", failplugin).CombinedOutput(); err != nil {
 		failplugin = "./testdata/failplugin"
 		fmt.Fprintf(os.Stderr, "integration: e2e/failplugin unavailable (%s), using %s\n", strings.TrimSpace(string(out)), failplugin)
 	}
