@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+#
+# One image, two static binaries:
+#   /hostlease     the CNI IPAM plugin (copied to the host's /opt/cni/bin by the
+#                  DaemonSet's install-cni init container)
+#   /hostlease-gc  the node daemon and operator CLI (the image's entrypoint)
+#
+#   docker build --build-arg VERSION=v0.1.0 -t ghcr.io/hostlease/hostlease:v0.1.0 .
+#
+# Base: distroless static (no libc needed, CGO_ENABLED=0), "debug" flavour
+# because the install-cni init container needs busybox's sh/cp/mv (at
+# /busybox) for its copy-then-rename install; there is nothing else in it.
+# It is the "nonroot" variant (USER 65532) so that running the image by hand
+# is unprivileged by default; the DaemonSet deliberately runs both containers
+# as uid 0, with every capability dropped, because the CRI socket, the
+# plugin's stores and /opt/cni/bin are root-owned (see deploy/base/daemonset.yaml).
+
+FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG TARGETOS=linux
+ARG TARGETARCH
+ARG VERSION=dev
+ENV CGO_ENABLED=0
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w" \
+      -o /out/hostlease ./cmd/ipam && \
+    GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
+      -ldflags "-s -w -X github.com/hostlease/hostlease/pkg/gc.Version=${VERSION}" \
+      -o /out/hostlease-gc ./cmd/ipam-gc
+
+FROM gcr.io/distroless/static-debian12:debug-nonroot
+COPY --from=build /out/hostlease /hostlease
+COPY --from=build /out/hostlease-gc /hostlease-gc
+ENTRYPOINT ["/hostlease-gc"]
+CMD ["run"]
