@@ -23,19 +23,20 @@ func cmdStatus(args *skel.CmdArgs) error {
 	if c.Marker || !c.FailStatusOnExhaustion || !storeExists(c) {
 		return nil
 	}
-	s, err := openStore(c, false, true)
-	if err != nil {
-		if errors.Is(err, allocator.ErrStoreUnreadable) {
-			return types.NewError(allocator.ErrStatusUnavailable, fmt.Sprintf("network %s: %v; waiting for hostlease-gc to rebuild it", c.Network, err), "")
-		}
-		return storeError(c, err)
-	}
-	defer s.Close()
 	var full []int
-	if err := s.View(func(tx *allocator.Tx) error {
-		full = allocator.FullRangeSets(tx, c.RangeSets)
-		return nil
-	}); err != nil {
+	s, err := openStore(c, false, true)
+	if err == nil {
+		err = s.View(func(tx *allocator.Tx) error {
+			full = allocator.FullRangeSets(tx, c.RangeSets)
+			return nil
+		})
+		s.Close()
+	}
+	if errors.Is(err, allocator.ErrStoreUnreadable) {
+		// Damage found at open or while reading: ADD cannot be served either way.
+		return types.NewError(allocator.ErrStatusUnavailable, fmt.Sprintf("network %s: %v; waiting for hostlease-gc to rebuild it", c.Network, err), "")
+	}
+	if err != nil {
 		return storeError(c, err)
 	}
 	if len(full) == 0 {
