@@ -24,18 +24,19 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	network := fs.String("network", "", "the network (needed when several stores exist)")
 	sandbox := fs.String("sandbox", "", "release every address held by this sandbox (container) ID")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	if err := parse(fs, args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	var ip netip.Addr
 	switch {
-	case fs.NArg() == 1 && *sandbox == "":
-		a, err := netip.ParseAddr(fs.Arg(0))
+	case len(pos) == 1 && *sandbox == "":
+		a, err := netip.ParseAddr(pos[0])
 		if err != nil {
-			return fmt.Errorf("%w: %q is not an IP address", errUsage, fs.Arg(0))
+			return fmt.Errorf("%w: %q is not an IP address", errUsage, pos[0])
 		}
 		ip = a.Unmap()
-	case fs.NArg() == 0 && *sandbox != "":
+	case len(pos) == 0 && *sandbox != "":
 	default:
 		return fmt.Errorf("%w: give exactly one of IP or --sandbox ID", errUsage)
 	}

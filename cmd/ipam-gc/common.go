@@ -35,6 +35,28 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseInterspersed parses flags that may come before or after the
+// positional arguments (`release 10.0.0.5 --yes`, as the usage line shows
+// it), which the flag package alone stops at. Everything after "--" is
+// positional. It returns the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
 // outputFlag registers -o/--output.
 func outputFlag(fs *flag.FlagSet) *string {
 	o := new(string)
