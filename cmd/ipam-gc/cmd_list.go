@@ -27,11 +27,13 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	}
 	all := []*allocator.Record{}
 	var firstErr error
+	unreadable := 0
 	for _, f := range files {
 		snap, err := gc.ReadSnapshot(f.Path)
 		if err != nil {
 			fmt.Fprintf(stderr, "hostlease-gc list: network %s: %v\n", f.Network, err)
-			firstErr = fmt.Errorf("%d store(s) could not be read", 1)
+			unreadable++
+			firstErr = fmt.Errorf("%d store(s) could not be read", unreadable)
 			continue
 		}
 		all = append(all, snap.Records...)
