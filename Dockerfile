@@ -25,7 +25,8 @@ ARG TARGETARCH
 ARG VERSION=dev
 ENV CGO_ENABLED=0
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w" \
+    GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
+      -ldflags "-s -w -X main.buildVersion=${VERSION}" \
       -o /out/hostlease ./cmd/ipam && \
     GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
       -ldflags "-s -w -X github.com/hostlease/hostlease/pkg/gc.Version=${VERSION}" \

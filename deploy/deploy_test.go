@@ -756,6 +756,7 @@ func TestDockerfile(t *testing.T) {
 		"-o /out/hostlease ./cmd/ipam",
 		"-o /out/hostlease-gc ./cmd/ipam-gc",
 		"-X github.com/hostlease/hostlease/pkg/gc.Version=${VERSION}",
+		"-X main.buildVersion=${VERSION}",
 		"COPY --from=build /out/hostlease /hostlease",
 		"COPY --from=build /out/hostlease-gc /hostlease-gc",
 		`ENTRYPOINT ["/hostlease-gc"]`,
