@@ -1,0 +1,422 @@
+package e2e
+
+// Helpers shared by the scenario tests (scenarios_*_test.go) and the demo:
+// a conflist with hostlease (or host-local) as IPAM, reading the store through
+// the operator CLI, and polling with deadlines.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/e2e/harness"
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// setupHostlease starts an env whose CNI bin dir also holds bin/hostlease.
+// It skips when not root (as harness.Setup does) and fails when the project
+// binaries are not built.
+func setupHostlease(t *testing.T) *harness.Env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: skipped: needs root (runs containerd, runc and CNI plugins that create namespaces and bridges)")
+	}
+	bin, err := harness.ProjectBin("hostlease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := harness.ProjectBin("hostlease-gc"); err != nil {
+		t.Fatal(err)
+	}
+	return harness.SetupWith(t, harness.Options{ExtraBins: map[string]string{"hostlease": bin}})
+}
+
+// netOpts shape a test network's conflist:
+//
+//	[bridge(ipam: IPAM), failplugin (when FailPlugin), hostlease marker (when Marker)]
+type netOpts struct {
+	IPAM       string // "hostlease" (default) or "host-local"
+	Subnet     string // 10.99.x.0/24 private to the test
+	RangeStart string
+	RangeEnd   string
+	FailPlugin bool
+	Marker     bool
+	// FailStatusOnExhaustion sets the ipam key when not nil.
+	FailStatusOnExhaustion *bool
+}
+
+// testNet is one test's network: its conflist, its state and trigger files.
+type testNet struct {
+	Network, Bridge string
+	Opts            netOpts
+	DataDir         string // ipam dataDir: hostlease's <net>.db or host-local's <net>/
+	FailAdd         string
+	FailDel         string
+	DelayAdd        string
+	FailPlugLog     string
+	File            string // conflist file name in the env's conf dir
+
+	env *harness.Env
+}
+
+// newNet writes the network's conflist into env and waits until containerd
+// loaded it.
+func newNet(t *testing.T, env *harness.Env, o netOpts) *testNet {
+	t.Helper()
+	if o.IPAM == "" {
+		o.IPAM = "hostlease"
+	}
+	suffix := randHex(t, 3)
+	n := &testNet{
+		Network:     "hls-" + suffix,
+		Bridge:      "hls" + suffix,
+		Opts:        o,
+		DataDir:     filepath.Join(env.Dir, "ipam"),
+		FailAdd:     filepath.Join(env.Dir, "fail-add"),
+		FailDel:     filepath.Join(env.Dir, "fail-del"),
+		DelayAdd:    filepath.Join(env.Dir, "delay-add"),
+		FailPlugLog: filepath.Join(env.Dir, "failplugin.log"),
+		env:         env,
+	}
+	n.File = "10-" + n.Network + ".conflist"
+	env.WriteConflist(n.File, n.conflist())
+	env.WaitNetworkReady(n.Network, 30*time.Second)
+	return n
+}
+
+// conflist renders the network's config from n.Opts.
+func (n *testNet) conflist() []byte {
+	o := n.Opts
+	rng := map[string]string{"subnet": o.Subnet}
+	if o.RangeStart != "" {
+		rng["rangeStart"] = o.RangeStart
+	}
+	if o.RangeEnd != "" {
+		rng["rangeEnd"] = o.RangeEnd
+	}
+	ipam := map[string]any{
+		"type":    o.IPAM,
+		"ranges":  [][]map[string]string{{rng}},
+		"dataDir": n.DataDir,
+	}
+	if o.FailStatusOnExhaustion != nil {
+		ipam["failStatusOnExhaustion"] = *o.FailStatusOnExhaustion
+	}
+	plugins := []any{map[string]any{
+		"type":      "bridge",
+		"bridge":    n.Bridge,
+		"isGateway": false, // no address or route on the host
+		"ipMasq":    false, // no iptables rules
+		"ipam":      ipam,
+	}}
+	if o.FailPlugin {
+		plugins = append(plugins, map[string]any{
+			"type":         harness.FailPlugin,
+			"failAddFile":  n.FailAdd,
+			"failDelFile":  n.FailDel,
+			"delayAddFile": n.DelayAdd,
+			"logFile":      n.FailPlugLog,
+		})
+	}
+	if o.Marker {
+		// The commit marker: same binary, no ipam, the same dataDir.
+		plugins = append(plugins, map[string]any{"type": "hostlease", "dataDir": n.DataDir})
+	}
+	b, err := json.MarshalIndent(map[string]any{"cniVersion": "1.1.0", "name": n.Network, "plugins": plugins}, "", "  ")
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// StorePath is hostlease's store of the network.
+func (n *testNet) StorePath() string { return allocator.StorePath(n.DataDir, n.Network) }
+
+func (n *testNet) touch(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *testNet) remove(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// breakChain makes the failplugin fail ADD and DEL: containerd #12130.
+func (n *testNet) breakChain(t *testing.T) {
+	t.Helper()
+	n.touch(t, n.FailAdd, "injected by "+t.Name())
+	n.touch(t, n.FailDel, "injected by "+t.Name())
+}
+
+// healChain removes the failplugin's trigger files.
+func (n *testNet) healChain(t *testing.T) { t.Helper(); n.remove(t, n.FailAdd, n.FailDel, n.DelayAdd) }
+
+// records lists the network's allocations through `hostlease-gc list -o json`
+// (none when the store does not exist yet).
+func (n *testNet) records(t *testing.T) []*allocator.Record {
+	t.Helper()
+	if _, err := os.Stat(n.StorePath()); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	out, err := n.env.GC("list", "-o", "json", "--data-dir", n.DataDir, "--network", n.Network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*allocator.Record
+	if err := json.Unmarshal(out, &recs); err != nil {
+		t.Fatalf("hostlease-gc list -o json: %v\n%s", err, out)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].IP.Less(recs[j].IP) })
+	return recs
+}
+
+// byIP indexes records by address.
+func byIP(recs []*allocator.Record) map[string]*allocator.Record {
+	m := map[string]*allocator.Record{}
+	for _, r := range recs {
+		m[r.IP.String()] = r
+	}
+	return m
+}
+
+// poolRow is one line of `hostlease-gc status -o json`.
+type poolRow struct {
+	Network     string  `json:"network"`
+	RangeSet    int     `json:"rangeSet"`
+	Ranges      string  `json:"ranges"`
+	Size        float64 `json:"size"`
+	Used        int     `json:"used"`
+	Free        float64 `json:"free"`
+	Pending     int     `json:"pending"`
+	Candidates  int     `json:"leakCandidates"`
+	Exhaustions uint64  `json:"exhaustions"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// pool returns the network's range set 0 from `hostlease-gc status -o json`.
+func (n *testNet) pool(t *testing.T) poolRow {
+	t.Helper()
+	out, err := n.env.GC("status", "-o", "json", "--data-dir", n.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []poolRow
+	if err := json.Unmarshal(out, &rows); err != nil {
+		t.Fatalf("hostlease-gc status -o json: %v\n%s", err, out)
+	}
+	for _, r := range rows {
+		if r.Network == n.Network && r.RangeSet == 0 {
+			return r
+		}
+	}
+	t.Fatalf("hostlease-gc status has no range set 0 for %s: %s", n.Network, out)
+	return poolRow{}
+}
+
+// audit reads the store's audit log (the CLI has no view of it) with a short
+// read-only open, as the daemon does.
+func (n *testNet) audit(t *testing.T) []allocator.AuditEvent {
+	t.Helper()
+	s, err := allocator.Open(n.StorePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("open store for its audit log: %v", err)
+	}
+	defer s.Close()
+	var evs []allocator.AuditEvent
+	if err := s.View(func(tx *allocator.Tx) error {
+		var err error
+		evs, err = tx.AuditLog(10000)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// hostLocalLeases returns host-local's reservations (ip -> container ID).
+func (n *testNet) hostLocalLeases(t *testing.T) map[string]string {
+	t.Helper()
+	c := &chain{HostLocal: n.DataDir, Network: n.Network}
+	return c.leases(t)
+}
+
+// failCalls counts the failplugin's logged calls (see chain.failpluginCalls).
+func (n *testNet) failCalls(t *testing.T) map[string]int {
+	t.Helper()
+	c := &chain{FailPlugLog: n.FailPlugLog}
+	return c.failpluginCalls(t)
+}
+
+// failedAddIDs are the container IDs of the failplugin's failed ADDs.
+func (n *testNet) failedAddIDs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(n.FailPlugLog)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec map[string]string
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["verb"] == "ADD" && rec["error"] != "" {
+			ids = append(ids, rec["containerID"])
+		}
+	}
+	return ids
+}
+
+// runPod starts a sandbox that must come up READY with one address of the
+// network's subnet, and returns its ID and address.
+func (n *testNet) runPod(t *testing.T, p harness.Pod) (string, string) {
+	t.Helper()
+	start := time.Now()
+	id, err := n.env.RunPodSandbox(context.Background(), p)
+	if err != nil {
+		t.Fatalf("RunPodSandbox %s/%s: %v\n%s", p.Namespace, p.Name, err, n.env.LogTail(30))
+	}
+	st, ips, err := n.env.PodSandboxStatus(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, subnet, _ := net.ParseCIDR(n.Opts.Subnet)
+	if st.State.String() != "SANDBOX_READY" || len(ips) != 1 || !subnet.Contains(net.ParseIP(ips[0])) {
+		t.Fatalf("pod %s: state %v IPs %v; want SANDBOX_READY with one address of %s", p.Name, st.State, ips, n.Opts.Subnet)
+	}
+	t.Logf("pod %s/%s: sandbox %s READY with %s (RunPodSandbox %v)", p.Namespace, p.Name, id[:12], ips[0], time.Since(start).Round(time.Millisecond))
+	return id, ips[0]
+}
+
+// failPod makes one RunPodSandbox attempt that must fail with an error
+// containing want.
+func (n *testNet) failPod(t *testing.T, p harness.Pod, want string) {
+	t.Helper()
+	id, err := n.env.RunPodSandbox(context.Background(), p)
+	if err == nil {
+		t.Fatalf("RunPodSandbox %s attempt %d succeeded (sandbox %s); want a failure containing %q", p.Name, p.Attempt, id[:12], want)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("RunPodSandbox %s attempt %d failed for another reason: %v", p.Name, p.Attempt, err)
+	}
+}
+
+// stopRemove stops and removes a sandbox, which must both succeed.
+func (n *testNet) stopRemove(t *testing.T, id string) {
+	t.Helper()
+	if err := n.env.StopPodSandbox(context.Background(), id); err != nil {
+		t.Fatalf("StopPodSandbox %s: %v\n%s", id[:12], err, n.env.LogTail(30))
+	}
+	if err := n.env.RemovePodSandbox(context.Background(), id); err != nil {
+		t.Fatalf("RemovePodSandbox %s: %v\n%s", id[:12], err, n.env.LogTail(30))
+	}
+}
+
+// execPlugin runs the env's copy of bin/hostlease directly with a CNI verb,
+// the way libcni would: stdin is the bridge entry of the conflist with name
+// and cniVersion injected (what bridge hands its IPAM plugin).
+func (n *testNet) execPlugin(t *testing.T, verb, containerID, netns string) (string, error) {
+	t.Helper()
+	var list struct {
+		Name       string           `json:"name"`
+		CNIVersion string           `json:"cniVersion"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(n.conflist(), &list); err != nil {
+		t.Fatal(err)
+	}
+	conf := list.Plugins[0]
+	conf["name"], conf["cniVersion"] = list.Name, list.CNIVersion
+	stdin, _ := json.Marshal(conf)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(n.env.CNIBinDir, "hostlease"))
+	cmd.Stdin = strings.NewReader(string(stdin))
+	cmd.Env = append(os.Environ(),
+		"CNI_COMMAND="+verb, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
+		"CNI_IFNAME=eth0", "CNI_PATH="+n.env.CNIBinDir, "CNI_ARGS=")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// waitFor polls cond every 50ms until it holds and returns how long that
+// took; after timeout it fails the test with what cond last said.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached after %v; last: %s", what, timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// metrics scrapes the daemon and fails the test if it cannot.
+func metrics(t *testing.T, d *harness.Daemon) harness.MetricSet {
+	t.Helper()
+	m, err := d.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// metric returns one summed metric value (0 when absent).
+func metric(t *testing.T, d *harness.Daemon, name string, labels ...string) float64 {
+	t.Helper()
+	v, _ := metrics(t, d).Sum(name, labels...)
+	return v
+}
+
+// sweeps is hostlease_sweeps_total over all results.
+func sweeps(t *testing.T, d *harness.Daemon) float64 { return metric(t, d, "hostlease_sweeps_total") }
+
+// podUID makes a stable pod UID for a test pod name.
+func podUID(name string) string { return "uid-" + name + "-0000-4000-8000-e2e" }
+
+// ptr returns a pointer to v.
+func ptr[T any](v T) *T { return &v }
+
+// ipsOf lists the addresses of records.
+func ipsOf(recs []*allocator.Record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.IP.String())
+	}
+	return out
+}
+
+// describe prints records one per line for the test log.
+func describe(recs []*allocator.Record) string {
+	if len(recs) == 0 {
+		return "(none)"
+	}
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "\n      %-12s %-9s sandbox %.12s pod %s/%s uid %s misses %d verdict %q",
+			r.IP, r.State, r.ContainerID, r.PodNamespace, r.PodName, r.PodUID, r.Obs.Misses, r.Obs.Verdict)
+	}
+	return b.String()
+}

@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/e2e/harness"
+)
+
+// leakDaemonArgs are the daemon flags of the #12130 story: fast sweeps, two
+// misses, short grace and min-age, no mass-reclaim guard (the test pool is a
+// /24 and every allocation in it is a leak).
+var leakDaemonArgs = []string{"--interval", "1s", "--misses", "2", "--grace", "2s", "--min-age", "5s",
+	"--netns-grace", "1s", "--max-reclaim-fraction", "1"}
+
+// leakStoryMetrics are the metrics the story shows.
+var leakStoryMetrics = []string{"hostlease_reclaims_total", "hostlease_pool_free_addresses", "hostlease_leak_candidates", "hostlease_sweeps_total"}
+
+// leakStory is what one run of the #12130 story measured.
+type leakStory struct {
+	IPAM          string
+	Attempts      int      // failed RunPodSandbox calls
+	Leaked        []string // addresses held after the attempts, with no sandbox in CRI
+	Listed        int      // sandboxes CRI lists after the attempts
+	Reclaimed     int      // addresses given back by the end
+	Reasons       map[string]int
+	TimeToReclaim time.Duration // hostlease: daemon start -> last reclaim (from its log)
+	Budget        time.Duration // what the configured misses/grace allow for it
+	Watched       time.Duration // how long the leaks were watched
+	PoolSize      float64
+	FreeBefore    float64 // after a healthy pod came and went, before the chain broke
+	FreeLeaked    float64 // after the failed attempts
+	FreeAfter     float64 // at the end
+	MetricsBefore []string
+	MetricsAfter  []string
+	NewPodIP      string // a pod started after the chain was healed
+	EnvDir        string // the env's temp dir and bridge, to check the cleanup
+	Bridge        string
+}
+
+// runLeakStory reproduces containerd #12130 with the given ipam ("host-local"
+// or "hostlease") on the conflist [bridge(ipam), failplugin]: the failplugin
+// fails ADD and DEL, kubelet retries the pod attempts times, and every
+// attempt leaks one address. With hostlease, hostlease-gc then runs with
+// leakDaemonArgs and must reclaim all of them within its configured budget;
+// with host-local nothing ever gives them back. say narrates.
+func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(string, ...any)) *leakStory {
+	t.Helper()
+	env := setupHostlease(t)
+	n := newNet(t, env, netOpts{IPAM: ipam, Subnet: subnet, FailPlugin: true})
+	s := &leakStory{IPAM: ipam, Attempts: attempts, Reasons: map[string]int{}, EnvDir: env.Dir, Bridge: n.Bridge}
+	say("conflist [bridge(ipam: %s), failplugin] network %s subnet %s", ipam, n.Network, subnet)
+
+	held := func() []string {
+		if ipam == "host-local" {
+			return keys(n.hostLocalLeases(t))
+		}
+		return ipsOf(n.records(t))
+	}
+	free := func() float64 {
+		if ipam == "host-local" {
+			return s.PoolSize - float64(len(held()))
+		}
+		return n.pool(t).Free
+	}
+
+	// A healthy pod first: the chain works, and the pool's starting point.
+	id, _ := n.runPod(t, harness.Pod{Name: "warmup", Namespace: "demo", UID: podUID("warmup")})
+	n.stopRemove(t, id)
+	if ipam == "host-local" {
+		s.PoolSize = 253 // 10.99.x.1-254 without the gateway .1, as host-local counts it
+	} else {
+		p := n.pool(t)
+		s.PoolSize = p.Size
+	}
+	s.FreeBefore = free()
+	say("healthy pod came and went: pool %.0f addresses, %.0f free", s.PoolSize, s.FreeBefore)
+
+	// The chain breaks: ADD and DEL of the last plugin fail. kubelet retries
+	// the same pod (same name and UID, a new attempt number each time).
+	n.breakChain(t)
+	pod := harness.Pod{Name: "api-7f9c", Namespace: "demo", UID: podUID("api-7f9c")}
+	for i := 0; i < attempts; i++ {
+		pod.Attempt = uint32(i)
+		start := time.Now()
+		n.failPod(t, pod, "failplugin: ADD failing on purpose")
+		say("attempt %d: RunPodSandbox failed after %v; addresses held: %v", i+1, time.Since(start).Round(time.Millisecond), held())
+	}
+	s.Leaked = held()
+	list, err := env.ListPodSandbox(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Listed = len(list)
+	s.FreeLeaked = free()
+	say("after %d failed attempts: %d addresses held (%s), CRI lists %d sandboxes, pool free %.0f",
+		attempts, len(s.Leaked), strings.Join(s.Leaked, " "), s.Listed, s.FreeLeaked)
+
+	if ipam == "host-local" {
+		// Nothing in host-local (or containerd) will ever give them back.
+		s.Watched = 5 * time.Second
+		time.Sleep(s.Watched)
+		s.Reclaimed = len(s.Leaked) - len(held())
+		s.FreeAfter = free()
+		say("%v later: host-local still holds %v (files under %s/%s)", s.Watched, held(), n.DataDir, n.Network)
+		return s
+	}
+
+	// The leaked records are pending (the chain never completed), name the
+	// pod from the CRI metadata, and their sandboxes are gone from CRI.
+	for _, r := range n.records(t) {
+		if r.State != "pending" || r.PodName != pod.Name || r.PodNamespace != pod.Namespace || r.PodUID != pod.UID {
+			t.Errorf("leaked record %s: state %s pod %s/%s uid %s; want pending for %s/%s uid %s",
+				r.IP, r.State, r.PodNamespace, r.PodName, r.PodUID, pod.Namespace, pod.Name, pod.UID)
+		}
+	}
+
+	// What an operator sees.
+	say("$ hostlease-gc list\n%s", cliTable(t, env, "list", "--data-dir", n.DataDir))
+	say("$ hostlease-gc status\n%s", cliTable(t, env, "status", "--data-dir", n.DataDir))
+
+	// hostlease-gc: the leaked records are pending, their sandboxes are gone
+	// from CRI and their netns removed.
+	d := env.StartDaemon(harness.DaemonOptions{DataDir: n.DataDir, Args: leakDaemonArgs})
+	s.MetricsBefore = metrics(t, d).Lines(leakStoryMetrics...)
+	say("hostlease-gc run %s", strings.Join(leakDaemonArgs, " "))
+	s.Budget = 2*time.Second /* misses x interval */ + 2*time.Second /* grace */ + 5*time.Second /* a loaded 2-core CI machine */
+	seen := waitFor(t, s.Budget, "all leaked addresses reclaimed", func() (bool, string) {
+		h := held()
+		return len(h) == 0, fmt.Sprintf("still held: %v\n%s", h, d.LogTail(10))
+	})
+	var last time.Time
+	for _, ev := range d.Events("reclaimed address") {
+		s.Reclaimed++
+		s.Reasons[fmt.Sprint(ev["reason"])]++
+		if at := harness.EventTime(ev); at.After(last) {
+			last = at
+		}
+		detail, _, _ := strings.Cut(fmt.Sprint(ev["detail"]), "; netns ")
+		say("hostlease-gc: reclaimed %v from sandbox %.12s (pod %v): %v: %s", ev["ip"], ev["sandbox"], ev["pod"], ev["reason"], detail)
+	}
+	s.TimeToReclaim = last.Sub(d.Started())
+	say("all %d reclaimed %v after hostlease-gc started (seen by polling after %v)", s.Reclaimed, s.TimeToReclaim.Round(time.Millisecond), seen.Round(time.Millisecond))
+
+	// The metrics catch up at the end of the reclaiming sweep.
+	waitFor(t, 5*time.Second, "metrics show the reclaims", func() (bool, string) {
+		m := metrics(t, d)
+		r, _ := m.Sum("hostlease_reclaims_total", "network", n.Network)
+		f, _ := m.Sum("hostlease_pool_free_addresses", "network", n.Network)
+		c, _ := m.Sum("hostlease_leak_candidates", "network", n.Network)
+		return r == float64(attempts) && f == s.PoolSize && c == 0, strings.Join(m.Lines(leakStoryMetrics...), "\n")
+	})
+	s.MetricsAfter = metrics(t, d).Lines(leakStoryMetrics...)
+	s.FreeAfter = free()
+	say("$ hostlease-gc status\n%s", cliTable(t, env, "status", "--data-dir", n.DataDir))
+
+	// The pool works: with the chain healed, the next pod gets an address.
+	n.healChain(t)
+	pod.Attempt++
+	_, s.NewPodIP = n.runPod(t, pod)
+	say("chain healed: attempt %d of the pod runs with %s", pod.Attempt+1, s.NewPodIP)
+	return s
+}
+
+// TestScenario2LeakReclaimed: containerd #12130 with hostlease leaks one
+// address per kubelet retry, exactly as host-local does; hostlease-gc
+// reclaims every one of them within its configured misses and grace, the
+// pool returns to its starting size and the metrics show it. The same run
+// with host-local keeps the leaked files forever.
+func TestScenario2LeakReclaimed(t *testing.T) {
+	const attempts = 4
+	var hl, hs *leakStory
+	t.Run("host-local", func(t *testing.T) {
+		hl = runLeakStory(t, "host-local", "10.99.11.0/24", attempts, t.Logf)
+		if len(hl.Leaked) != attempts || hl.Listed != 0 {
+			t.Errorf("host-local: %d addresses leaked with %d sandboxes listed; want %d leaks and no sandbox (#12130)", len(hl.Leaked), hl.Listed, attempts)
+		}
+		if hl.Reclaimed != 0 {
+			t.Errorf("host-local gave back %d addresses; nothing should", hl.Reclaimed)
+		}
+	})
+	t.Run("hostlease", func(t *testing.T) {
+		hs = runLeakStory(t, "hostlease", "10.99.12.0/24", attempts, t.Logf)
+		if len(hs.Leaked) != attempts || hs.Listed != 0 {
+			t.Errorf("hostlease: %d addresses leaked with %d sandboxes listed; want %d (the leak is the runtime's, the plugin cannot prevent it)", len(hs.Leaked), hs.Listed, attempts)
+		}
+		if hs.Reclaimed != attempts {
+			t.Errorf("hostlease-gc logged %d reclaims, want %d", hs.Reclaimed, attempts)
+		}
+		if hs.TimeToReclaim > hs.Budget {
+			t.Errorf("reclaim took %v, more than the %v the flags allow", hs.TimeToReclaim, hs.Budget)
+		}
+		if hs.FreeAfter != hs.FreeBefore || hs.FreeLeaked != hs.FreeBefore-attempts {
+			t.Errorf("pool free before %.0f, leaked %.0f, after %.0f; want back to the start", hs.FreeBefore, hs.FreeLeaked, hs.FreeAfter)
+		}
+		// The failed sandboxes' netns were removed by containerd: the daemon
+		// can prove the teardown and need not wait for --min-age.
+		if hs.Reasons["netns_gone"] != attempts {
+			t.Errorf("reclaim reasons %v; want all netns_gone (containerd removed the netns)", hs.Reasons)
+		}
+		t.Logf("metrics before the reclaim:\n      %s\nafter:\n      %s", strings.Join(hs.MetricsBefore, "\n      "), strings.Join(hs.MetricsAfter, "\n      "))
+	})
+	if hl != nil && hs != nil {
+		t.Logf("\n%s", leakTable(hl, hs))
+	}
+}
+
+// leakTable is the before/after table of the two runs.
+func leakTable(hl, hs *leakStory) string {
+	never := func(s *leakStory) string {
+		if s.Reclaimed == 0 {
+			return fmt.Sprintf("never (watched %v)", s.Watched)
+		}
+		return s.TimeToReclaim.Round(10 * time.Millisecond).String()
+	}
+	reasons := func(s *leakStory) string {
+		var parts []string
+		for r, c := range s.Reasons {
+			parts = append(parts, fmt.Sprintf("%s=%d", r, c))
+		}
+		sort.Strings(parts)
+		if len(parts) == 0 {
+			return "-"
+		}
+		return strings.Join(parts, " ")
+	}
+	rows := [][3]string{
+		{"one pod, kubelet retrying", "host-local", "hostlease + hostlease-gc"},
+		{"failed RunPodSandbox (kubelet retries)", fmt.Sprint(hl.Attempts), fmt.Sprint(hs.Attempts)},
+		{"sandboxes CRI lists afterwards", fmt.Sprint(hl.Listed), fmt.Sprint(hs.Listed)},
+		{"addresses leaked", fmt.Sprint(len(hl.Leaked)), fmt.Sprint(len(hs.Leaked))},
+		{"addresses reclaimed", fmt.Sprint(hl.Reclaimed), fmt.Sprint(hs.Reclaimed)},
+		{"reclaim reason", "-", reasons(hs)},
+		{"time to reclaim (daemon start -> last)", never(hl), never(hs)},
+		{"pool free before the leaks", fmt.Sprintf("%.0f / %.0f", hl.FreeBefore, hl.PoolSize), fmt.Sprintf("%.0f / %.0f", hs.FreeBefore, hs.PoolSize)},
+		{"pool free after the leaks", fmt.Sprintf("%.0f", hl.FreeLeaked), fmt.Sprintf("%.0f", hs.FreeLeaked)},
+		{"pool free at the end", fmt.Sprintf("%.0f", hl.FreeAfter), fmt.Sprintf("%.0f", hs.FreeAfter)},
+	}
+	var b strings.Builder
+	for i, r := range rows {
+		fmt.Fprintf(&b, "  %-40s %-22s %s\n", r[0], r[1], r[2])
+		if i == 0 {
+			fmt.Fprintf(&b, "  %s\n", strings.Repeat("-", 88))
+		}
+	}
+	return b.String()
+}
+
+// cliTable runs a hostlease-gc command and indents its table output.
+func cliTable(t *testing.T, env *harness.Env, args ...string) string {
+	t.Helper()
+	out, err := env.GC(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "      " + strings.ReplaceAll(strings.TrimRight(string(out), "\n"), "\n", "\n      ")
+}

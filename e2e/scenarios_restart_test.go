@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/e2e/harness"
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// TestScenario7Restarts: hostlease-gc and containerd restart in the middle of
+// a leak's grace period (hostlease-gc stopped while containerd restarts; then
+// containerd down for several sweeps while hostlease-gc runs). Nothing is
+// lost: the live pods' records stay committed with their addresses and CRI
+// still shows them READY; nothing is reclaimed while CRI cannot be asked,
+// or before the grace has passed; the leaks are still reclaimed afterwards.
+func TestScenario7Restarts(t *testing.T) {
+	const grace = 8 * time.Second
+	env := setupHostlease(t)
+	n := newNet(t, env, netOpts{Subnet: "10.99.18.0/24", FailPlugin: true, Marker: true})
+	ctx := context.Background()
+
+	live := map[string]string{} // sandbox ID -> IP
+	for _, name := range []string{"db-0", "db-1"} {
+		id, ip := n.runPod(t, harness.Pod{Name: name, Namespace: "scenario7", UID: podUID(name)})
+		live[id] = ip
+	}
+	n.breakChain(t)
+	pod := harness.Pod{Name: "gone-0", Namespace: "scenario7", UID: podUID("gone-0")}
+	for i := 0; i < 2; i++ {
+		pod.Attempt = uint32(i)
+		n.failPod(t, pod, "failplugin: ADD failing on purpose")
+	}
+	n.healChain(t)
+	leaks := map[string]bool{}
+	for _, r := range n.records(t) {
+		if _, ok := live[r.ContainerID]; !ok {
+			leaks[r.IP.String()] = true
+		}
+	}
+	if len(leaks) != 2 {
+		t.Fatalf("want 2 leaked records, have %s", describe(n.records(t)))
+	}
+	var liveIPs []string
+	for _, ip := range live {
+		liveIPs = append(liveIPs, ip)
+	}
+	t.Logf("2 live pods %v and 2 leaks %v", liveIPs, keysOf(leaks))
+
+	// checkLive: the live records are there, unchanged and committed.
+	checkLive := func(when string) {
+		t.Helper()
+		recs := byIP(n.records(t))
+		for id, ip := range live {
+			if r := recs[ip]; r == nil || r.ContainerID != id || r.State != allocator.StateCommitted {
+				t.Fatalf("%s: live pod %s's record for %s is %v", when, id[:12], ip, describe([]*allocator.Record{r}))
+			}
+		}
+	}
+	// leakMisses: the leaks' miss counters (fails if one is gone).
+	leakMisses := func(when string) []int {
+		t.Helper()
+		recs := byIP(n.records(t))
+		var out []int
+		for ip := range leaks {
+			r := recs[ip]
+			if r == nil {
+				t.Fatalf("%s: leak %s reclaimed before its %v grace\n%s", when, ip, grace, strings.Join(reclaimLines(env, n), "\n"))
+			}
+			out = append(out, r.Obs.Misses)
+		}
+		return out
+	}
+
+	args := []string{"--interval", "1s", "--misses", "3", "--grace", grace.String(), "--min-age", "5s",
+		"--netns-grace", grace.String(), "--max-reclaim-fraction", "1"}
+	d := env.StartDaemon(harness.DaemonOptions{DataDir: n.DataDir, Args: args})
+	firstSweep := time.Now()
+	t.Logf("hostlease-gc %s", strings.Join(args, " "))
+	waitFor(t, 10*time.Second, "the daemon has seen the leaks", func() (bool, string) {
+		m := leakMisses("first sweeps")
+		return m[0] >= 1 && m[1] >= 1, fmt.Sprint(m)
+	})
+	checkLive("after the first sweep")
+	m1 := leakMisses("before the restarts")
+
+	// hostlease-gc down while containerd restarts.
+	d.Stop()
+	start := time.Now()
+	env.Restart()
+	env.WaitNetworkReady(n.Network, 30*time.Second)
+	t.Logf("hostlease-gc stopped (leak misses %v); containerd restarted in %v", m1, time.Since(start).Round(time.Millisecond))
+	for id, ip := range live {
+		st, ips, err := env.PodSandboxStatus(ctx, id)
+		if err != nil || st.State.String() != "SANDBOX_READY" || len(ips) != 1 || ips[0] != ip {
+			t.Fatalf("after the containerd restart pod %s: %v %v %v; want READY with %s", id[:12], st.GetState(), ips, err, ip)
+		}
+	}
+	d.Start()
+	checkLive("after the daemon restart")
+	m2 := leakMisses("after the daemon restart")
+	t.Logf("hostlease-gc restarted: leak misses %v (carried over in the store, not reset)", m2)
+	for i := range m2 {
+		if m2[i] < m1[i] {
+			t.Errorf("leak misses went from %v to %v across the daemon restart", m1, m2)
+		}
+	}
+
+	// containerd down for several sweeps while hostlease-gc runs.
+	criErrors := metric(t, d, "hostlease_sweeps_total", "result", "cri_error")
+	env.Kill()
+	outage := 3 * time.Second
+	time.Sleep(outage)
+	criErrors = metric(t, d, "hostlease_sweeps_total", "result", "cri_error") - criErrors
+	checkLive("during the containerd outage")
+	m3 := leakMisses("during the containerd outage")
+	t.Logf("containerd down for %v: %.0f sweeps failed to list CRI and reclaimed nothing; leak misses %v", outage, criErrors, m3)
+	if criErrors < 2 || !strings.Contains(d.Log(), "reclaiming nothing this sweep") {
+		t.Errorf("want >= 2 cri_error sweeps and a 'reclaiming nothing' log line during the outage; got %.0f", criErrors)
+	}
+	env.Start()
+	env.WaitNetworkReady(n.Network, 30*time.Second)
+
+	// The leaks are still reclaimed, not before the grace, and nothing else is.
+	took := waitFor(t, 20*time.Second, "the leaks reclaimed after the restarts", func() (bool, string) {
+		checkLive("while waiting for the reclaims")
+		recs := n.records(t)
+		return len(recs) == len(live), describe(recs)
+	})
+	sinceFirst := time.Since(firstSweep)
+	t.Logf("leaks reclaimed %v after containerd came back, %v after the first sweep saw them (grace %v)",
+		took.Round(time.Millisecond), sinceFirst.Round(time.Millisecond), grace)
+	if sinceFirst < grace {
+		t.Errorf("reclaimed %v after first seen, before the %v grace", sinceFirst, grace)
+	}
+	for _, ev := range n.audit(t) {
+		if ev.Action == "reclaim" && !leaks[ev.IP.String()] {
+			t.Errorf("audit: reclaimed %s, which is not a leak", ev.IP)
+		}
+	}
+	for id, ip := range live {
+		st, ips, err := env.PodSandboxStatus(ctx, id)
+		if err != nil || st.State.String() != "SANDBOX_READY" || len(ips) != 1 || ips[0] != ip {
+			t.Errorf("at the end pod %s: %v %v %v; want READY with %s", id[:12], st.GetState(), ips, err, ip)
+		}
+	}
+	for id := range live {
+		n.stopRemove(t, id)
+	}
+	if recs := n.records(t); len(recs) != 0 {
+		t.Errorf("after removing the live pods the store holds %s", describe(recs))
+	}
+	t.Logf("live pods removed: their records released by DEL, store empty")
+}
+
+// reclaimLines returns the audit log's reclaims, for failure messages.
+func reclaimLines(env *harness.Env, n *testNet) []string {
+	_ = env
+	var out []string
+	s, err := allocator.Open(n.StorePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: 5 * time.Second})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer s.Close()
+	_ = s.View(func(tx *allocator.Tx) error {
+		evs, err := tx.AuditLog(100)
+		for _, ev := range evs {
+			out = append(out, fmt.Sprintf("%s %s %s %s", ev.Time.Format(time.RFC3339Nano), ev.Action, ev.IP, ev.Reason))
+		}
+		return err
+	})
+	return out
+}
