@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"time"
@@ -32,6 +33,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	s, err := openStore(c, true, false)
 	if err != nil {
+		if errors.Is(err, allocator.ErrStoreUnreadable) {
+			kick(c) // the daemon rebuilds it at once instead of at its next sweep
+		}
 		return storeError(c, err)
 	}
 	defer s.Close()

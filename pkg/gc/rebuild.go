@@ -31,15 +31,19 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 			return "", 0, fmt.Errorf("PodSandboxStatus %s: %w (rebuild needs every READY sandbox's addresses)", sb.ID, err)
 		}
 		for _, ip := range ips {
-			rs := rangeSetOf(sets, ip)
-			if len(sets) > 0 && rs < 0 {
+			rs, r, ok := rangeOf(sets, ip)
+			if len(sets) > 0 && !ok {
 				continue // another network's address
 			}
-			recs = append(recs, &allocator.Record{
+			rec := &allocator.Record{
 				IP: ip, RangeSet: rs, ContainerID: sb.ID, Network: network,
 				PodNamespace: sb.PodNamespace, PodName: sb.PodName, PodUID: sb.PodUID,
 				State: allocator.StateCommitted, Source: "rebuild", Created: now, Committed: now,
-			})
+			}
+			if ok {
+				rec.PrefixLen, rec.Gateway = r.Subnet.Bits(), r.Gateway
+			}
+			recs = append(recs, rec)
 		}
 	}
 	tmp := path + ".rebuild"
@@ -92,15 +96,16 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 	return aside, len(recs), nil
 }
 
-func rangeSetOf(sets []allocator.StoredRangeSet, ip netip.Addr) int {
+// rangeOf finds the range set (and range) holding ip; -1 when none does.
+func rangeOf(sets []allocator.StoredRangeSet, ip netip.Addr) (int, allocator.StoredRange, bool) {
 	for i, set := range sets {
 		for _, r := range set.Ranges {
 			if r.Contains(ip) {
-				return i
+				return i, r, true
 			}
 		}
 	}
-	return -1
+	return -1, allocator.StoredRange{}, false
 }
 
 // rebuild handles an unreadable store found by a sweep: only with a complete
