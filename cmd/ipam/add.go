@@ -38,7 +38,6 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		return storeError(c, err)
 	}
-	defer s.Close()
 
 	req := allocator.AllocateRequest{
 		Network:   c.Network,
@@ -69,6 +68,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 		// round-robin point, and the exhaustion count must reach the daemon.
 		return nil
 	})
+	// The reservation is durable: release the store lock, which concurrent
+	// calls wait for, before building and printing the result.
+	s.Close()
 	if err != nil {
 		return storeError(c, err)
 	}
