@@ -44,7 +44,9 @@ e2e: build
 	@if [ -d e2e ]; then $(GO) test -count=1 -timeout 25m -v ./e2e/... 2>&1 | tee .e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|\s+[a-z_]+\.go:[0-9]+:)' ; exit $${PIPESTATUS[0]}; fi
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench/...
+	@mkdir -p bin
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./test/bench -args -bench.out=$(CURDIR)/bin/bench-report.md $(BENCH_ARGS)
+	@echo "bench: report written to bin/bench-report.md (BENCH_ARGS='-bench.doc=$(CURDIR)/docs/benchmarks.md' also updates the docs)"
 
 demo: build
 	@if [ -x hack/demo.sh ]; then bash hack/demo.sh; else echo "demo: plugin-level story"; bash hack/demo-plugin.sh; fi

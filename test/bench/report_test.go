@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// percentile is the nearest-rank percentile p (0 < p <= 1) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// chunks splits ds (in time order) into n consecutive parts.
+func chunks(ds []time.Duration, n int) [][]time.Duration {
+	n = max(1, min(n, len(ds)))
+	out := make([][]time.Duration, n)
+	for i := range n {
+		out[i] = ds[i*len(ds)/n : (i+1)*len(ds)/n]
+	}
+	return out
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+// chunkRatios is the p50 ratio a/b in each of n time-aligned chunks.
+func chunkRatios(a, b []time.Duration, n int) (lo, hi float64) {
+	ca, cb := chunks(a, n), chunks(b, n)
+	m := min(len(ca), len(cb))
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for i := range m {
+		r := float64(percentile(ca[i], 0.5)) / float64(percentile(cb[i], 0.5))
+		lo, hi = math.Min(lo, r), math.Max(hi, r)
+	}
+	return lo, hi
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+type reportInput struct {
+	plugins            []*plugin
+	results            []pointResult
+	fills              []fill
+	tp                 throughputResult
+	dir                string
+	loadStart, loadEnd string
+	par                int
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func renderReport(in reportInput) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	rounds := *flagRounds
+	const floor, hostLocal, hostlease = 0, 1, 2
+
+	w("### Latency of one exec'd call (ms, p50 / p99)\n\n")
+	w("Each point: hold N addresses, then K times {ADD a new container; DEL it}, every call timed from fork to exit; the three plugins take turns.\n\n")
+	w("| occupancy | held | K (floor, host-local, hostlease) | floor ADD | host-local ADD | hostlease ADD | floor DEL | host-local DEL | hostlease DEL |\n")
+	w("|---|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range in.results {
+		w("| %s | %d | %d, %d, %d |", r.occ.label, r.occ.held, r.k[0], r.k[1], r.k[2])
+		for _, verb := range []string{"add", "del"} {
+			for p := range 3 {
+				ds := r.stats[p].add
+				if verb == "del" {
+					ds = r.stats[p].del
+				}
+				w(" %s / %s |", ms(percentile(ds, 0.5)), ms(percentile(ds, 0.99)))
+			}
+		}
+		w("\n")
+	}
+
+	w("\n### Ratios of p50 latencies\n\n")
+	w("In brackets: the lowest and highest ratio over %d consecutive, time-aligned chunks of the samples (the spread under the machine's changing load). Target: hostlease/floor <= 1.5.\n\n", rounds)
+	w("| occupancy | hostlease/floor ADD | hostlease/floor DEL | host-local/floor ADD | host-local/floor DEL | host-local/hostlease ADD | host-local/hostlease DEL | target (ADD and DEL <= 1.5x floor) |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, r := range in.results {
+		s := r.stats
+		cell := func(a, b []time.Duration) string {
+			lo, hi := chunkRatios(a, b, rounds)
+			return fmt.Sprintf("%.2f [%.2f-%.2f]", ratio(percentile(a, 0.5), percentile(b, 0.5)), lo, hi)
+		}
+		addR := ratio(percentile(s[hostlease].add, 0.5), percentile(s[floor].add, 0.5))
+		delR := ratio(percentile(s[hostlease].del, 0.5), percentile(s[floor].del, 0.5))
+		met := "met"
+		if addR > 1.5 || delR > 1.5 {
+			met = "NOT met"
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.occ.label,
+			cell(s[hostlease].add, s[floor].add), cell(s[hostlease].del, s[floor].del),
+			cell(s[hostLocal].add, s[floor].add), cell(s[hostLocal].del, s[floor].del),
+			cell(s[hostLocal].add, s[hostlease].add), cell(s[hostLocal].del, s[hostlease].del), met)
+	}
+
+	w("\n### CPU time of one call (ms, p50, user+system of the plugin process)\n\n")
+	w("Wall time minus CPU time is time spent blocked: fdatasync, the store lock, scheduling on a busy machine.\n\n")
+	w("| occupancy | floor ADD | host-local ADD | hostlease ADD | floor DEL | host-local DEL | hostlease DEL |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range in.results {
+		w("| %s |", r.occ.label)
+		for p := range 3 {
+			w(" %s |", ms(percentile(r.stats[p].addCPU, 0.5)))
+		}
+		for p := range 3 {
+			w(" %s |", ms(percentile(r.stats[p].delCPU, 0.5)))
+		}
+		w("\n")
+	}
+
+	w("\n### %d-way concurrent ADD+DEL throughput (calls/s)\n\n", *flagWorkers)
+	w("%d processes at once, each %d times {ADD; DEL} with its own container, on an empty /16; calls/s = all calls / wall time; %d rounds, plugins taking turns.\n\n", *flagWorkers, *flagConcIt, rounds)
+	w("| plugin | calls/s (median of rounds) | min-max | / floor |\n|---|---:|---:|---:|\n")
+	fm := median(in.tp.perRound[floor])
+	for p, pl := range in.plugins {
+		xs := in.tp.perRound[p]
+		w("| %s | %.0f | %.0f-%.0f | %.2f |\n", pl.name, median(xs), slices.Min(xs), slices.Max(xs), median(xs)/fm)
+	}
+	hlm, hsm := median(in.tp.perRound[hostLocal]), median(in.tp.perRound[hostlease])
+	met := "met"
+	if hsm < 2*hlm {
+		met = "NOT met"
+	}
+	w("\nhostlease / host-local: %.2fx (target >= 2x: %s)\n", hsm/hlm, met)
+
+	if len(in.fills) > 0 {
+		w("\n### How the pools were filled\n\n| occupancy | plugin | method | held | wall time | exec'd calls/s |\n|---|---|---|---:|---:|---:|\n")
+		for _, f := range in.fills {
+			rate := "-"
+			if f.calls > 0 {
+				rate = fmt.Sprintf("%.0f", float64(f.calls)/f.wall.Seconds())
+			}
+			w("| %s | %s | %s | %d | %s | %s |\n", f.point, f.plugin, f.method, f.held, f.wall.Round(10*time.Millisecond), rate)
+		}
+	}
+
+	w("\n### Machine\n\n")
+	w("- nproc %d, %s, kernel %s, %s\n", runtime.NumCPU(), cpuModel(), kernel(), runtime.Version())
+	w("- state dir on %s\n", fsDescription(in.dir))
+	w("- load average at start %s, at end %s\n", in.loadStart, in.loadEnd)
+	w("- binaries (stripped):")
+	for i, p := range in.plugins {
+		sep := ","
+		if i == len(in.plugins)-1 {
+			sep = ""
+		}
+		w(" %s %.1f MB%s", p.name, float64(p.size)/1e6, sep)
+	}
+	w("\n")
+	return b.String()
+}
+
+func reportMetrics(b *testing.B, results []pointResult, tp throughputResult) {
+	for i, r := range results {
+		s := r.stats
+		b.ReportMetric(ratio(percentile(s[2].add, 0.5), percentile(s[0].add, 0.5)), fmt.Sprintf("hostlease/floor-ADD-p50-point%d", i))
+		b.ReportMetric(ratio(percentile(s[2].del, 0.5), percentile(s[0].del, 0.5)), fmt.Sprintf("hostlease/floor-DEL-p50-point%d", i))
+	}
+	b.ReportMetric(median(tp.perRound[2])/median(tp.perRound[1]), "hostlease/host-local-calls/s")
+}
+
+func kernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "cpu ?"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "cpu ?"
+}
