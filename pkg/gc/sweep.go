@@ -283,6 +283,9 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	err = st.Update(func(tx *allocator.Tx) error {
 		reclaimed, committed = nil, 0
 		for _, d := range nr.Verdict.Decisions {
+			if d.Action == Keep && d.Obs == d.Record.Obs {
+				continue // nothing to write: spare decoding the record again
+			}
 			cur, err := tx.Get(d.Record.IP)
 			if err != nil || cur == nil || cur.ContainerID != d.Record.ContainerID || cur.IfName != d.Record.IfName || !cur.Created.Equal(d.Record.Created) {
 				continue
