@@ -90,6 +90,8 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	if err != nil {
 		s.Log.Error("cannot list stores", "dataDir", s.Opts.DataDir, "error", err)
 		rep.Result = SweepStoreError
+	} else {
+		s.forgetRemoved(files)
 	}
 	committed := 0
 	var unreadable []*NetworkReport
@@ -415,6 +417,28 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 		}
 		m.RecordExhaustion(nr.Network, strconv.Itoa(idx), int(delta), e.Last)
 		s.exhaustSeen[nr.Network][idx] = e.Count
+	}
+}
+
+// forgetRemoved drops the metric series and per-network state of networks
+// whose store is gone (the network was removed from the node), so a pool
+// that was exhausted when it was removed does not keep alerts firing.
+func (s *Sweeper) forgetRemoved(files []StoreFile) {
+	present := make(map[string]bool, len(files))
+	for _, f := range files {
+		present[f.Network] = true
+	}
+	for network := range s.known {
+		if present[network] {
+			continue
+		}
+		delete(s.known, network)
+		delete(s.exhaustSeen, network)
+		delete(s.dryObs, network)
+		if s.Metrics != nil {
+			s.Metrics.DeleteNetwork(network)
+		}
+		s.Log.Info("store gone: network forgotten", "network", network)
 	}
 }
 
