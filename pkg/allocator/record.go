@@ -49,12 +49,16 @@ type Record struct {
 // Observation is what the daemon last saw of a record's sandbox. The plugin
 // never writes it; the daemon owns it.
 type Observation struct {
-	Misses       int       `json:"misses,omitempty"`       // consecutive sweeps the sandbox was absent from CRI
-	FirstMissed  time.Time `json:"firstMissed,omitzero"`   // start of the current absence
-	LastSeen     time.Time `json:"lastSeen,omitzero"`      // last sweep that saw the sandbox listed
-	LastSweep    time.Time `json:"lastSweep,omitzero"`     // last sweep that looked at this record
-	Verdict      string    `json:"verdict,omitempty"`      // the policy's last reason, for `hostlease-gc leaks`
-	SandboxState string    `json:"sandboxState,omitempty"` // READY, NOTREADY, UNKNOWN or absent
+	// Misses counts consecutive sweeps that did not find the sandbox in CRI,
+	// capped at the daemon's --misses (more changes no decision, and a capped
+	// count spares rewriting every absent record on every sweep).
+	Misses int `json:"misses,omitempty"`
+	// FirstMissed is when the current absence began (zero while listed).
+	FirstMissed time.Time `json:"firstMissed,omitzero"`
+	// Verdict is the policy's last reason, shown by `hostlease-gc leaks`.
+	Verdict string `json:"verdict,omitempty"`
+	// SandboxState is what CRI last said: READY, NOTREADY, UNKNOWN or absent.
+	SandboxState string `json:"sandboxState,omitempty"`
 }
 
 // PodRef names the pod for humans: "namespace/name", or "" when unknown.

@@ -184,7 +184,7 @@ func decideOne(p Policy, c Candidate, cri CRIView, api APIView, now time.Time) D
 		// restart the absence now rather than wait for the clock to catch up.
 		d.Obs.FirstMissed = now
 	}
-	d.Obs.Misses++
+	d.Obs.Misses = min(d.Obs.Misses+1, max(p.Misses, 1))
 	absentFor := now.Sub(d.Obs.FirstMissed)
 	age := now.Sub(r.Created)
 	if d.Obs.Misses < p.Misses {

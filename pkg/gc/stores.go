@@ -62,7 +62,11 @@ func (s *Snapshot) PoolSize() float64 {
 // ReadSnapshot opens the store briefly, reads everything the daemon needs in one
 // read transaction, and closes it again: plugins never wait on the daemon for
 // longer than that.
-func ReadSnapshot(path string) (*Snapshot, error) {
+func ReadSnapshot(path string) (*Snapshot, error) { return readSnapshot(path, nil) }
+
+// readSnapshot is ReadSnapshot reusing the records cache decoded on earlier
+// sweeps (nil: decode everything).
+func readSnapshot(path string, cache *allocator.RecordCache) (*Snapshot, error) {
 	s, err := allocator.Open(path, allocator.OpenOptions{LockTimeout: storeLockTimeout, ReadOnly: true})
 	if err != nil {
 		return nil, err
@@ -70,13 +74,19 @@ func ReadSnapshot(path string) (*Snapshot, error) {
 	defer s.Close()
 	snap := &Snapshot{}
 	err = s.View(func(tx *allocator.Tx) error {
-		if err := tx.ForEach(func(r *allocator.Record) error {
+		collect := func(r *allocator.Record) error {
 			snap.Records = append(snap.Records, r)
 			return nil
-		}); err != nil {
-			return err
 		}
 		var err error
+		if cache != nil {
+			err = tx.ForEachCached(cache, collect)
+		} else {
+			err = tx.ForEach(collect)
+		}
+		if err != nil {
+			return err
+		}
 		if snap.RangeSets, err = tx.RangeSets(); err != nil {
 			return err
 		}

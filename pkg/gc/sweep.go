@@ -36,6 +36,9 @@ type Sweeper struct {
 	// dryObs holds, in dry-run, the observations a real sweep would have
 	// stored, so misses accumulate across sweeps without writing the store.
 	dryObs map[string]map[obsKey]allocator.Observation
+	// decoded keeps each network's records as decoded last sweep, so a sweep
+	// decodes only the records that changed since.
+	decoded map[string]*allocator.RecordCache
 }
 
 // obsKey identifies one allocation (not just its address) across sweeps.
@@ -98,7 +101,7 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	for _, f := range files {
 		nr := &NetworkReport{Network: f.Network, Path: f.Path}
 		rep.Networks = append(rep.Networks, nr)
-		nr.Snapshot, nr.Err = ReadSnapshot(f.Path)
+		nr.Snapshot, nr.Err = readSnapshot(f.Path, s.decodeCache(f.Network))
 		switch {
 		case errors.Is(nr.Err, allocator.ErrStoreUnreadable):
 			unreadable = append(unreadable, nr)
@@ -144,7 +147,7 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 			if nr.Snapshot == nil || nr.Err != nil {
 				continue
 			}
-			nr.Verdict = Decide(PolicyFromOptions(s.Opts), s.candidates(nr.Snapshot), nr.Snapshot.PoolSize(), view, api, now)
+			nr.Verdict = Decide(PolicyFromOptions(s.Opts), s.candidates(nr.Snapshot, view), nr.Snapshot.PoolSize(), view, api, now)
 			any = any || nr.Verdict.WouldReclaim > 0
 		}
 		return any
@@ -186,9 +189,11 @@ func (s *Sweeper) overlayDryObs(nets []*NetworkReport) {
 		if nr.Snapshot == nil || nr.Err != nil || seen == nil {
 			continue
 		}
-		for _, r := range nr.Snapshot.Records {
+		for i, r := range nr.Snapshot.Records {
 			if o, ok := seen[keyOf(r)]; ok {
-				r.Obs = o
+				cp := *r // records are shared with the decode cache: never modify them
+				cp.Obs = o
+				nr.Snapshot.Records[i] = &cp
 			}
 		}
 	}
@@ -211,6 +216,18 @@ func (s *Sweeper) keepDryObs(nets []*NetworkReport) {
 	}
 }
 
+func (s *Sweeper) decodeCache(network string) *allocator.RecordCache {
+	if s.decoded == nil {
+		s.decoded = map[string]*allocator.RecordCache{}
+	}
+	c := s.decoded[network]
+	if c == nil {
+		c = &allocator.RecordCache{}
+		s.decoded[network] = c
+	}
+	return c
+}
+
 func (s *Sweeper) cacheRanges(network string, sets []allocator.StoredRangeSet) {
 	if len(sets) == 0 {
 		return
@@ -222,9 +239,10 @@ func (s *Sweeper) cacheRanges(network string, sets []allocator.StoredRangeSet) {
 }
 
 // candidates pairs each record with whether its netns is provably gone. Only a
-// path under --netns-dir is judged, and only while that directory is visible
-// (a missing mount must not make every netns look gone).
-func (s *Sweeper) candidates(snap *Snapshot) []Candidate {
+// record CRI does not list needs that fact; only a path under --netns-dir is
+// judged, and only while that directory is visible (a missing mount must not
+// make every netns look gone).
+func (s *Sweeper) candidates(snap *Snapshot, view CRIView) []Candidate {
 	dirVisible := false
 	if fi, err := os.Stat(s.Opts.NetnsDir); err == nil && fi.IsDir() {
 		dirVisible = true
@@ -232,7 +250,7 @@ func (s *Sweeper) candidates(snap *Snapshot) []Candidate {
 	out := make([]Candidate, len(snap.Records))
 	for i, r := range snap.Records {
 		c := Candidate{Record: r}
-		if dirVisible && r.Netns != "" && strings.HasPrefix(filepath.Clean(r.Netns), filepath.Clean(s.Opts.NetnsDir)+"/") {
+		if _, listed := view.Sandboxes[r.ContainerID]; !listed && dirVisible && r.Netns != "" && strings.HasPrefix(filepath.Clean(r.Netns), filepath.Clean(s.Opts.NetnsDir)+"/") {
 			_, err := os.Stat(r.Netns)
 			c.NetnsGone = errors.Is(err, os.ErrNotExist)
 		}
@@ -435,6 +453,7 @@ func (s *Sweeper) forgetRemoved(files []StoreFile) {
 		delete(s.known, network)
 		delete(s.exhaustSeen, network)
 		delete(s.dryObs, network)
+		delete(s.decoded, network)
 		if s.Metrics != nil {
 			s.Metrics.DeleteNetwork(network)
 		}
