@@ -38,7 +38,7 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := o.Validate(); err != nil {
-		return err
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	o.DryRun = true
 	cri, err := gc.DialCRI(o.CRIEndpoint)

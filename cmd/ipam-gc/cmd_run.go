@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os/signal"
@@ -24,7 +25,7 @@ func cmdRun(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	if err := o.Validate(); err != nil {
-		return err
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	d, err := gc.NewDaemon(o, newLogger(o.LogFormat, stderr))
 	if err != nil {
