@@ -1,0 +1,673 @@
+// Package gcintegration runs the real hostlease-gc daemon as a process against
+// stores written by real hostlease plugin processes and a real gRPC CRI server
+// (fakecri_test.go) whose sandboxes each test controls, and asserts what an
+// operator would see: the stores (through `hostlease-gc list/status -o json`),
+// the audit log, the daemon's log and its /metrics.
+//
+// TestMain builds bin/hostlease and bin/hostlease-gc into a temporary directory.
+package gcintegration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+var binDir string
+
+func pluginBin() string { return filepath.Join(binDir, "hostlease") }
+func gcBin() string     { return filepath.Join(binDir, "hostlease-gc") }
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "hostlease-gcintegration-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gcintegration:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	builds := map[string]string{
+		"hostlease":    "github.com/hostlease/hostlease/cmd/ipam",
+		"hostlease-gc": "github.com/hostlease/hostlease/cmd/ipam-gc",
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for name, pkg := range builds {
+		wg.Go(func() {
+			cmd := exec.Command(goBin, "build", "-buildvcs=false", "-o", filepath.Join(dir, name), pkg)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("go build %s: %v\n%s", pkg, err, out))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintln(os.Stderr, "gcintegration: building binaries:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// ---------------------------------------------------------------------------
+// A node: one network's data dir, netns dir and fake runtime.
+
+const network = "gcnet"
+
+// node is one test's node: a data dir holding the network's store, a netns
+// dir (the daemon's --netns-dir) and the fake runtime.
+type node struct {
+	t        *testing.T
+	dataDir  string
+	netnsDir string
+	cri      *fakeCRI
+	conf     []byte
+}
+
+// newNode makes a node whose pool is 10.77.0.10 .. 10.77.0.(9+size), with the
+// gateway (10.77.0.1) outside it, so the pool holds exactly size addresses.
+func newNode(t *testing.T, size int) *node {
+	t.Helper()
+	n := &node{t: t, dataDir: t.TempDir(), netnsDir: t.TempDir(), cri: startFakeCRI(t)}
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       network,
+		"type":       "bridge",
+		"ipam": map[string]any{
+			"type":        "hostlease",
+			"dataDir":     n.dataDir,
+			"lockTimeout": lockTimeout.String(),
+			"ranges": [][]map[string]string{{{
+				"subnet":     "10.77.0.0/24",
+				"rangeStart": "10.77.0.10",
+				"rangeEnd":   fmt.Sprintf("10.77.0.%d", 9+size),
+				"gateway":    "10.77.0.1",
+			}}},
+		},
+	}
+	var err error
+	if n.conf, err = json.Marshal(conf); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// lockTimeout is the plugin's ipam.lockTimeout in these tests.
+const lockTimeout = 5 * time.Second
+
+func (n *node) storePath() string { return allocator.StorePath(n.dataDir, network) }
+
+func (n *node) netns(id string) string { return filepath.Join(n.netnsDir, "cni-"+id) }
+
+// outcome is one plugin process's result.
+type outcome struct {
+	Stdout, Stderr []byte
+	Err            *types.Error // the CNI error printed on exit 1
+	ExitErr        error        // the process failed otherwise
+	Elapsed        time.Duration
+}
+
+func (o outcome) ok() bool { return o.Err == nil && o.ExitErr == nil }
+
+func (o outcome) String() string {
+	switch {
+	case o.ExitErr != nil:
+		return fmt.Sprintf("exec failure: %v (stdout %q, stderr %q)", o.ExitErr, o.Stdout, o.Stderr)
+	case o.Err != nil:
+		return fmt.Sprintf("CNI error %d: %s (stderr %q)", o.Err.Code, o.Err.Msg, o.Stderr)
+	}
+	return "ok"
+}
+
+// plugin runs bin/hostlease once as a runtime would, with the pod's
+// metadata in CNI_ARGS.
+func (n *node) plugin(command, id string, conf []byte) outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pluginBin())
+	cmd.Env = []string{
+		"CNI_COMMAND=" + command,
+		"CNI_CONTAINERID=" + id,
+		"CNI_NETNS=" + n.netns(id),
+		"CNI_IFNAME=eth0",
+		"CNI_PATH=" + binDir,
+		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=pod-" + id + ";K8S_POD_UID=uid-" + id + ";K8S_POD_INFRA_CONTAINER_ID=" + id,
+		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+	}
+	cmd.Stdin = bytes.NewReader(conf)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	o := outcome{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Elapsed: time.Since(start)}
+	if err != nil {
+		var ee *exec.ExitError
+		var cerr types.Error
+		if errors.As(err, &ee) && ee.ExitCode() == 1 && json.Unmarshal(o.Stdout, &cerr) == nil && cerr.Code != 0 {
+			o.Err = &cerr
+		} else {
+			o.ExitErr = err
+		}
+	}
+	return o
+}
+
+// tryAdd runs IPAM ADD for sandbox id. The runtime creates the sandbox's
+// netns before ADD, so its file is created first.
+func (n *node) tryAdd(id string) outcome {
+	if err := os.WriteFile(n.netns(id), nil, 0o600); err != nil {
+		return outcome{ExitErr: err}
+	}
+	return n.plugin("ADD", id, n.conf)
+}
+
+// add runs IPAM ADD for sandbox id and returns the address it got.
+func (n *node) add(id string) netip.Addr {
+	n.t.Helper()
+	o := n.tryAdd(id)
+	if !o.ok() {
+		n.t.Fatalf("ADD %s: %s", id, o)
+	}
+	ip, err := resultIP(o.Stdout)
+	if err != nil {
+		n.t.Fatalf("ADD %s: %v", id, err)
+	}
+	return ip
+}
+
+// del runs IPAM DEL for sandbox id.
+func (n *node) del(id string) outcome { return n.plugin("DEL", id, n.conf) }
+
+// commitMarker runs the commit marker (hostlease as the last plugin of the
+// conflist, no ipam section) for sandbox id: the whole chain succeeded.
+func (n *node) commitMarker(id string) {
+	n.t.Helper()
+	conf, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": network, "type": "hostlease", "dataDir": n.dataDir})
+	if o := n.plugin("ADD", id, conf); !o.ok() {
+		n.t.Fatalf("commit marker ADD %s: %s", id, o)
+	}
+}
+
+func resultIP(stdout []byte) (netip.Addr, error) {
+	var res struct {
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	}
+	if err := json.Unmarshal(stdout, &res); err != nil || len(res.IPs) != 1 {
+		return netip.Addr{}, fmt.Errorf("result %q: want one address (%v)", stdout, err)
+	}
+	p, err := netip.ParsePrefix(res.IPs[0].Address)
+	return p.Addr(), err
+}
+
+// ---------------------------------------------------------------------------
+// The CLI, as an operator runs it.
+
+// gcCLI runs bin/hostlease-gc with args and returns stdout, stderr and the
+// exit code.
+func gcCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gcBin(), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("hostlease-gc %s: %v", strings.Join(args, " "), err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// records reads the network's allocations with `hostlease-gc list -o json`.
+func (n *node) records() map[string]allocator.Record {
+	n.t.Helper()
+	out, errOut, code := gcCLI(n.t, "list", "--data-dir", n.dataDir, "--network", network, "-o", "json")
+	if code != 0 {
+		n.t.Fatalf("hostlease-gc list: exit %d: %s", code, errOut)
+	}
+	var recs []allocator.Record
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		n.t.Fatalf("hostlease-gc list -o json: %v\n%s", err, out)
+	}
+	m := map[string]allocator.Record{}
+	for _, r := range recs {
+		m[r.ContainerID] = r
+	}
+	return m
+}
+
+// poolRow is one row of `hostlease-gc status -o json`.
+type poolRow struct {
+	Network    string  `json:"network"`
+	RangeSet   int     `json:"rangeSet"`
+	Size       float64 `json:"size"`
+	Used       int     `json:"used"`
+	Free       float64 `json:"free"`
+	Pending    int     `json:"pending"`
+	Candidates int     `json:"leakCandidates"`
+	Exhausted  uint64  `json:"exhaustions"`
+	Error      string  `json:"error"`
+}
+
+// pool reads the network's only range set with `hostlease-gc status -o json`.
+func (n *node) pool() poolRow {
+	n.t.Helper()
+	out, errOut, code := gcCLI(n.t, "status", "--data-dir", n.dataDir, "-o", "json")
+	if code != 0 {
+		n.t.Fatalf("hostlease-gc status: exit %d: %s", code, errOut)
+	}
+	var rows []poolRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		n.t.Fatalf("hostlease-gc status -o json: %v\n%s", err, out)
+	}
+	if len(rows) != 1 || rows[0].Network != network {
+		n.t.Fatalf("hostlease-gc status: want one row for %s, got %s", network, out)
+	}
+	return rows[0]
+}
+
+// audit reads the store's audit log.
+func (n *node) audit() []allocator.AuditEvent {
+	n.t.Helper()
+	st, err := allocator.Open(n.storePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: lockTimeout})
+	if err != nil {
+		n.t.Fatalf("opening store for its audit log: %v", err)
+	}
+	defer st.Close()
+	var evs []allocator.AuditEvent
+	if err := st.View(func(tx *allocator.Tx) (err error) {
+		evs, err = tx.AuditLog(10000)
+		return err
+	}); err != nil {
+		n.t.Fatalf("audit log: %v", err)
+	}
+	return evs
+}
+
+// leaksJSON runs `hostlease-gc leaks -o json` with the daemon's policy flags.
+func (n *node) leaksJSON(policy ...string) []map[string]string {
+	n.t.Helper()
+	args := append([]string{"leaks", "--cri-endpoint", n.cri.Endpoint(), "--data-dir", n.dataDir, "--netns-dir", n.netnsDir, "--no-api", "-o", "json"}, policy...)
+	out, errOut, code := gcCLI(n.t, args...)
+	if code != 0 {
+		n.t.Fatalf("hostlease-gc leaks: exit %d: %s", code, errOut)
+	}
+	var rows []map[string]string
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		n.t.Fatalf("hostlease-gc leaks -o json: %v\n%s", err, out)
+	}
+	return rows
+}
+
+// ---------------------------------------------------------------------------
+// The daemon process.
+
+type daemon struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	addr    string // where /metrics is served
+	started time.Time
+	done    chan struct{} // closed when the process has exited
+	logs    *logSink
+}
+
+// baseFlags are the daemon flags every test starts from; extra flags given to
+// startDaemon come after them and win.
+func (n *node) baseFlags() []string {
+	return []string{
+		"run",
+		"--cri-endpoint", n.cri.Endpoint(),
+		"--data-dir", n.dataDir,
+		"--interval", "200ms",
+		"--misses", "2",
+		"--grace", "0s",
+		"--min-age", "0s",
+		"--netns-grace", "0s",
+		"--netns-dir", n.netnsDir,
+		"--no-api",
+		"--metrics-addr", "127.0.0.1:0", // the daemon logs the port it got
+		"--log-format", "json",
+	}
+}
+
+// startDaemon runs `hostlease-gc run` until the test ends (or stop).
+func (n *node) startDaemon(extra ...string) *daemon {
+	t := n.t
+	t.Helper()
+	d := &daemon{t: t, done: make(chan struct{}), logs: &logSink{}}
+	d.cmd = exec.Command(gcBin(), append(n.baseFlags(), extra...)...)
+	// The daemon logs to stderr; stdout is kept too, in case.
+	pr, pw := io.Pipe()
+	d.cmd.Stdout, d.cmd.Stderr = pw, pw
+	addrCh := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			d.logs.add(line)
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving metrics" {
+				if a, ok := m["addr"].(string); ok {
+					select {
+					case addrCh <- a:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	d.started = time.Now()
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = d.cmd.Wait()
+		pw.Close()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		d.stop()
+		if t.Failed() {
+			t.Logf("hostlease-gc log:\n%s", strings.Join(d.logs.all(), "\n"))
+		}
+	})
+	select {
+	case d.addr = <-addrCh:
+	case <-d.done:
+		t.Fatalf("hostlease-gc run exited at start: %v\n%s", d.cmd.ProcessState, strings.Join(d.logs.all(), "\n"))
+	case <-time.After(15 * time.Second):
+		t.Fatalf("hostlease-gc run did not serve metrics within 15s\n%s", strings.Join(d.logs.all(), "\n"))
+	}
+	return d
+}
+
+// stop ends the daemon with SIGTERM (SIGKILL if it lingers) and waits for it.
+func (d *daemon) stop() {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(20 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	}
+}
+
+// stopClean stops the daemon as a DaemonSet rollout does and checks that it
+// exits promptly with status 0.
+func (d *daemon) stopClean() {
+	d.t.Helper()
+	d.alive()
+	start := time.Now()
+	d.stop()
+	if took := time.Since(start); took > 5*time.Second {
+		d.t.Errorf("hostlease-gc took %s to exit on SIGTERM", took)
+	}
+	if !d.cmd.ProcessState.Success() {
+		d.t.Errorf("hostlease-gc exited %v on SIGTERM, want status 0", d.cmd.ProcessState)
+	}
+}
+
+// alive fails the test if the daemon has exited.
+func (d *daemon) alive() {
+	d.t.Helper()
+	select {
+	case <-d.done:
+		d.t.Fatalf("hostlease-gc run exited: %v", d.cmd.ProcessState)
+	default:
+	}
+}
+
+// get fetches a path of the daemon's HTTP server.
+func (d *daemon) get(path string) (int, string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + d.addr + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// scrape reads /metrics.
+func (d *daemon) scrape() metrics {
+	d.t.Helper()
+	code, body, err := d.get("/metrics")
+	if err != nil || code != http.StatusOK {
+		d.t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	m, err := parseMetrics(body)
+	if err != nil {
+		d.t.Fatalf("parsing /metrics: %v", err)
+	}
+	return m
+}
+
+// sweeps is hostlease_sweeps_total over every result.
+func (m metrics) sweeps() float64 { return m.sum("hostlease_sweeps_total", nil) }
+
+// logSink keeps the daemon's log lines.
+type logSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logSink) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, s)
+}
+
+func (l *logSink) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// entries returns the JSON log entries with message msg.
+func (l *logSink) entries(msg string) []map[string]any {
+	var out []map[string]any
+	for _, line := range l.all() {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// Prometheus text format, enough of it for these assertions.
+
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+type metrics []sample
+
+func parseMetrics(text string) (metrics, error) {
+	var out metrics
+	for ln, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		s := sample{labels: map[string]string{}}
+		rest := line
+		if i := strings.IndexAny(line, "{ "); i < 0 {
+			return nil, fmt.Errorf("line %d: %q", ln+1, line)
+		} else {
+			s.name, rest = line[:i], line[i:]
+		}
+		if strings.HasPrefix(rest, "{") {
+			rest = rest[1:]
+			for {
+				rest = strings.TrimLeft(rest, ", ")
+				if strings.HasPrefix(rest, "}") {
+					rest = rest[1:]
+					break
+				}
+				eq := strings.Index(rest, "=\"")
+				if eq < 0 {
+					return nil, fmt.Errorf("line %d: bad labels in %q", ln+1, line)
+				}
+				key := rest[:eq]
+				rest = rest[eq+2:]
+				var val strings.Builder
+				i := 0
+				for ; i < len(rest) && rest[i] != '"'; i++ {
+					if rest[i] == '\\' && i+1 < len(rest) {
+						i++
+						switch rest[i] {
+						case 'n':
+							val.WriteByte('\n')
+						default:
+							val.WriteByte(rest[i])
+						}
+						continue
+					}
+					val.WriteByte(rest[i])
+				}
+				if i >= len(rest) {
+					return nil, fmt.Errorf("line %d: unterminated label value in %q", ln+1, line)
+				}
+				s.labels[key] = val.String()
+				rest = rest[i+1:]
+			}
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return nil, fmt.Errorf("line %d: no value in %q", ln+1, line)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", ln+1, err)
+		}
+		s.value = v
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// get returns the value of the one series of name whose labels include
+// labels, and whether it exists.
+func (m metrics) get(name string, labels map[string]string) (float64, bool) {
+	var v float64
+	n := 0
+	for _, s := range m.match(name, labels) {
+		v = s.value
+		n++
+	}
+	return v, n == 1
+}
+
+// sum adds every series of name whose labels include labels.
+func (m metrics) sum(name string, labels map[string]string) float64 {
+	v := 0.0
+	for _, s := range m.match(name, labels) {
+		v += s.value
+	}
+	return v
+}
+
+func (m metrics) match(name string, labels map[string]string) []sample {
+	var out []sample
+next:
+	for _, s := range m {
+		if s.name != name {
+			continue
+		}
+		for k, v := range labels {
+			if s.labels[k] != v {
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// value is get, failing the test when the series is missing.
+func (m metrics) value(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, ok := m.get(name, labels)
+	if !ok {
+		t.Fatalf("metric %s%v: not exported (or not unique)", name, labels)
+	}
+	return v
+}
+
+// ---------------------------------------------------------------------------
+
+// eventually polls cond until it holds or the deadline passes; cond returns
+// whether it holds and, if not, what it saw.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	last := ""
+	for {
+		ok, saw := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = saw
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last saw: %s", what, timeout, last)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// lbl builds a label set: lbl("network", "n", "reason", "r").
+func lbl(kv ...string) map[string]string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
