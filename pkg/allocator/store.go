@@ -219,7 +219,18 @@ func (s *Store) checkSchema() error {
 func (s *Store) Update(fn func(*Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err, s.path)
-	return s.db.Update(func(btx *bolt.Tx) error { return fn(wrapTx(btx)) })
+	return s.db.Update(func(btx *bolt.Tx) error {
+		tx := wrapTx(btx)
+		if tx.allocs != nil {
+			// Addresses are handed out in ascending (round-robin) order, so
+			// allocs mostly grows at its end. bbolt's default split point (50%)
+			// would leave every leaf half empty for good; at 90% an ADD that
+			// steps over reserved addresses to find a free one (1 000 of them
+			// at 99.9 % of a pool) reads about half as many pages.
+			tx.allocs.FillPercent = 0.9
+		}
+		return fn(tx)
+	})
 }
 
 // View runs fn in a read-only transaction.
