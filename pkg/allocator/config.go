@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
-	hl "github.com/hostlease/hostlease/internal/hostlocal"
+	hl "github.com/containernetworking/plugins/plugins/ipam/host-local/backend/allocator"
 )
 
 // Default directories. The store lives apart from host-local's state unless

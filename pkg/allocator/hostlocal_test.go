@@ -18,16 +18,11 @@ import (
 // test drives host-local's allocator and hostlease with the same ranges.
 func hostLocalSets(t *testing.T, ranges string) ([]hl.RangeSet, []StoredRangeSet) {
 	t.Helper()
-	conf := []byte(`{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"host-local","ranges":` + ranges + `}}`)
-	c, err := LoadConfig(conf, "")
+	c, err := LoadConfig([]byte(`{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"host-local","ranges":`+ranges+`}}`), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ipam, _, err := hl.LoadIPAMConfig(conf, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ipam.Ranges, c.RangeSets
+	return c.IPAM.Ranges, c.RangeSets
 }
 
 // hostLocalAdd reserves one address per range set with host-local's own
