@@ -112,11 +112,13 @@ func LoadConfig(stdin []byte, cniArgs string) (*Config, error) {
 	if own.IPAM.FailStatusOnExhaustion != nil {
 		c.FailStatusOnExhaustion = *own.IPAM.FailStatusOnExhaustion
 	}
-	if err := checkCNIArgs(cniArgs); err != nil {
-		return nil, err
-	}
 	ipam, version, err := loadIPAMConfig(stdin, cniArgs)
 	if err != nil {
+		// Only now look at CNI_ARGS on its own: a malformed value there is the
+		// caller's environment, not the config (and the hot path parses it once).
+		if aerr := checkCNIArgs(cniArgs); aerr != nil {
+			return nil, aerr
+		}
 		return nil, explainIPAMError(stdin, err)
 	}
 	c.IPAM, c.CNIVersion = ipam, version
