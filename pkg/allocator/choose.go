@@ -97,10 +97,13 @@ func firstFree(taken TakenIter, from, to, gw netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// cursorIter adapts the allocs bucket's cursor to TakenIter.
+// cursorIter adapts a bucket cursor over address keys to TakenIter.
 type cursorIter struct{ c *bolt.Cursor }
 
-func (tx *Tx) takenIter() TakenIter { return &cursorIter{tx.allocs.Cursor()} }
+// takenIter walks the keys-only taken index: an ADD at 99.9 % steps over
+// ~1 000 reserved addresses, and with no record values between them those keys
+// sit in a couple of pages instead of a hundred.
+func (tx *Tx) takenIter() TakenIter { return &cursorIter{tx.taken.Cursor()} }
 
 func (it *cursorIter) Seek(from netip.Addr) (netip.Addr, bool) {
 	k, _ := it.c.Seek(addrKey(from))

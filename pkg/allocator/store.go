@@ -15,12 +15,14 @@ import (
 //
 //	meta        schema version, network name, range sets, last reserved per range set
 //	allocs      addrKey(ip) -> JSON Record          (the source of truth)
+//	taken       addrKey(ip) -> 0x01                    (keys only: what the address choice walks)
 //	owners      containerID \0 ifname \0 addrKey -> nil   (index for ADD/DEL/CHECK)
 //	exhaustion  range set index -> JSON Exhaustion
 //	audit       big-endian sequence -> JSON AuditEvent (bounded to auditLimit)
 var (
 	bucketMeta       = []byte("meta")
 	bucketAllocs     = []byte("allocs")
+	bucketTaken      = []byte("taken")
 	bucketOwners     = []byte("owners")
 	bucketExhaustion = []byte("exhaustion")
 	bucketAudit      = []byte("audit")
@@ -174,7 +176,7 @@ func (s *Store) init() (err error) {
 		} else if len(v) != 1 || int(v[0]) > SchemaVersion {
 			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
 		}
-		for _, b := range [][]byte{bucketAllocs, bucketOwners, bucketExhaustion, bucketAudit} {
+		for _, b := range [][]byte{bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit} {
 			if btx.Bucket(b) == nil {
 				return nil
 			}
@@ -185,11 +187,19 @@ func (s *Store) init() (err error) {
 		return err
 	}
 	return s.db.Update(func(btx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketOwners, bucketExhaustion, bucketAudit} {
+		backfill := btx.Bucket(bucketTaken) == nil && btx.Bucket(bucketAllocs) != nil
+		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit} {
 			if btx.Bucket(b) == nil {
 				if _, err := btx.CreateBucket(b); err != nil {
 					return err
 				}
+			}
+		}
+		if backfill {
+			// A store written before the keys-only index existed.
+			taken := btx.Bucket(bucketTaken)
+			if err := btx.Bucket(bucketAllocs).ForEach(func(k, _ []byte) error { return taken.Put(k, nil) }); err != nil {
+				return err
 			}
 		}
 		meta := btx.Bucket(bucketMeta)
@@ -204,7 +214,7 @@ func (s *Store) init() (err error) {
 
 func (s *Store) checkSchema() error {
 	return s.View(func(tx *Tx) error {
-		if tx.meta == nil || tx.allocs == nil || tx.owners == nil {
+		if tx.meta == nil || tx.allocs == nil || tx.taken == nil || tx.owners == nil {
 			return fmt.Errorf("%w: %s lacks its buckets", ErrStoreUnreadable, s.path)
 		}
 		if v := tx.meta.Get(keySchema); len(v) != 1 || int(v[0]) > SchemaVersion {
@@ -228,6 +238,9 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 			// steps over reserved addresses to find a free one (1 000 of them
 			// at 99.9 % of a pool) reads about half as many pages.
 			tx.allocs.FillPercent = 0.9
+		}
+		if tx.taken != nil {
+			tx.taken.FillPercent = 0.9
 		}
 		return fn(tx)
 	})
@@ -254,6 +267,7 @@ func wrapTx(btx *bolt.Tx) *Tx {
 		btx:        btx,
 		meta:       btx.Bucket(bucketMeta),
 		allocs:     btx.Bucket(bucketAllocs),
+		taken:      btx.Bucket(bucketTaken),
 		owners:     btx.Bucket(bucketOwners),
 		exhaustion: btx.Bucket(bucketExhaustion),
 		audit:      btx.Bucket(bucketAudit),

@@ -699,3 +699,51 @@ func TestMigrateOnceRunsOnce(t *testing.T) {
 		return nil
 	})
 }
+
+// TestTakenIndexFollowsRecords: the keys-only index the address choice walks
+// holds exactly the reserved addresses through puts, overwrites and deletes,
+// and a store written before the index existed gets it backfilled on open.
+func TestTakenIndexFollowsRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.db")
+	s, err := Open(path, OpenOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fd00::2")
+	err = s.Update(func(tx *Tx) error {
+		for _, ip := range []netip.Addr{a, b, a} { // a twice: an overwrite
+			if err := tx.Put(&Record{IP: ip, ContainerID: "c", IfName: "eth0"}); err != nil {
+				return err
+			}
+		}
+		if !tx.Taken(a) || !tx.Taken(b) || tx.Count() != 2 {
+			t.Errorf("after puts: Taken(a)=%v Taken(b)=%v Count=%d, want true true 2", tx.Taken(a), tx.Taken(b), tx.Count())
+		}
+		if _, err := tx.Delete(a); err != nil {
+			return err
+		}
+		if tx.Taken(a) || !tx.Taken(b) || tx.Count() != 1 {
+			t.Errorf("after delete: Taken(a)=%v Taken(b)=%v Count=%d, want false true 1", tx.Taken(a), tx.Taken(b), tx.Count())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Simulate an older store: drop the index, then reopen.
+	if err := s.db.Update(func(btx *bolt.Tx) error { return btx.DeleteBucket(bucketTaken) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(path, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_ = s.View(func(tx *Tx) error {
+		if !tx.Taken(b) || tx.Count() != 1 {
+			t.Errorf("after backfill: Taken(b)=%v Count=%d, want true 1", tx.Taken(b), tx.Count())
+		}
+		return nil
+	})
+}

@@ -15,8 +15,8 @@ import (
 // Tx is one transaction on a store. Every write keeps the owners index in step
 // with allocs: a record and its index entry are put and deleted together.
 type Tx struct {
-	btx                                     *bolt.Tx
-	meta, allocs, owners, exhaustion, audit *bolt.Bucket
+	btx                                            *bolt.Tx
+	meta, allocs, taken, owners, exhaustion, audit *bolt.Bucket
 }
 
 // addrKey encodes an address so that byte order is address order within a
@@ -57,10 +57,14 @@ func (tx *Tx) Get(ip netip.Addr) (*Record, error) {
 	return decodeRecord(v)
 }
 
-// Taken reports whether ip is reserved, without decoding the record.
-func (tx *Tx) Taken(ip netip.Addr) bool { return tx.allocs.Get(addrKey(ip)) != nil }
+// takenMark is the value of every key in the taken index: bbolt's Get cannot
+// tell an empty value from a missing key, so the index stores one byte.
+var takenMark = []byte{1}
 
-// Put writes r under r.IP and indexes it by owner. If a different owner held
+// Taken reports whether ip is reserved, without decoding the record.
+func (tx *Tx) Taken(ip netip.Addr) bool { return tx.taken.Get(addrKey(ip)) != nil }
+
+// Put writes r under r.IP and indexes it by owner and in the taken index. If a different owner held
 // the address before, its index entry is removed.
 func (tx *Tx) Put(r *Record) error {
 	key := addrKey(r.IP)
@@ -77,6 +81,9 @@ func (tx *Tx) Put(r *Record) error {
 		return err
 	}
 	if err := tx.allocs.Put(key, v); err != nil {
+		return err
+	}
+	if err := tx.taken.Put(key, takenMark); err != nil {
 		return err
 	}
 	return tx.owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), key...), nil)
@@ -97,6 +104,9 @@ func (tx *Tx) Delete(ip netip.Addr) (*Record, error) {
 		}
 	}
 	if err := tx.allocs.Delete(key); err != nil {
+		return nil, err
+	}
+	if err := tx.taken.Delete(key); err != nil {
 		return nil, err
 	}
 	if derr != nil {
@@ -138,8 +148,15 @@ func (tx *Tx) ForEach(fn func(*Record) error) error {
 	})
 }
 
-// Count is the number of reserved addresses.
-func (tx *Tx) Count() int { return tx.allocs.Stats().KeyN }
+// Count is the number of reserved addresses (it walks the taken index).
+func (tx *Tx) Count() int {
+	n := 0
+	c := tx.taken.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		n++
+	}
+	return n
+}
 
 // Network is the network name the store was first written for ("" if never).
 func (tx *Tx) Network() string { return string(tx.meta.Get(keyNetwork)) }

@@ -228,6 +228,8 @@ type snapshot struct {
 	// Owners is the raw owners index, read with bbolt directly: ByOwner
 	// hides an index entry whose record is gone, this does not.
 	Owners []ownerEntry
+	// Taken is the raw keys-only index the address choice walks.
+	Taken []netip.Addr
 	// BadOwnerKeys are owners keys that do not parse.
 	BadOwnerKeys [][]byte
 	Count        int
@@ -278,6 +280,21 @@ func readStore(t testing.TB, path string) snapshot {
 		for cerr := range btx.Check() {
 			snap.PageErrors = append(snap.PageErrors, cerr)
 		}
+		taken := btx.Bucket([]byte("taken"))
+		if taken == nil {
+			return errors.New("no taken bucket")
+		}
+		if err := taken.ForEach(func(k, _ []byte) error {
+			ip, ok := parseAddrKey(k)
+			if !ok {
+				snap.BadOwnerKeys = append(snap.BadOwnerKeys, append([]byte("taken:"), k...))
+				return nil
+			}
+			snap.Taken = append(snap.Taken, ip)
+			return nil
+		}); err != nil {
+			return err
+		}
 		b := btx.Bucket([]byte("owners"))
 		if b == nil {
 			return errors.New("no owners bucket")
@@ -307,16 +324,22 @@ func parseOwnerKey(k []byte) (ownerEntry, bool) {
 	if !ok {
 		return ownerEntry{}, false
 	}
-	var ip netip.Addr
-	switch {
-	case len(key) == 5 && key[0] == 4:
-		ip = netip.AddrFrom4([4]byte(key[1:]))
-	case len(key) == 17 && key[0] == 6:
-		ip = netip.AddrFrom16([16]byte(key[1:]))
-	default:
+	ip, ok := parseAddrKey(key)
+	if !ok {
 		return ownerEntry{}, false
 	}
 	return ownerEntry{string(id), string(ifname), ip}, true
+}
+
+// parseAddrKey decodes the store's address key: a family byte, then the address.
+func parseAddrKey(key []byte) (netip.Addr, bool) {
+	switch {
+	case len(key) == 5 && key[0] == 4:
+		return netip.AddrFrom4([4]byte(key[1:])), true
+	case len(key) == 17 && key[0] == 6:
+		return netip.AddrFrom16([16]byte(key[1:])), true
+	}
+	return netip.Addr{}, false
 }
 
 // checkIntegrity asserts the store-level invariants: bbolt's page check is
@@ -337,6 +360,20 @@ func checkIntegrity(t testing.TB, snap snapshot) {
 	byIP := map[netip.Addr]*allocator.Record{}
 	for _, r := range snap.Records {
 		byIP[r.IP] = r
+	}
+	// The taken index and allocs hold the same addresses: an address in
+	// allocs but not taken would be handed out twice; the reverse leaks it.
+	inTaken := map[netip.Addr]bool{}
+	for _, ip := range snap.Taken {
+		inTaken[ip] = true
+		if byIP[ip] == nil {
+			t.Errorf("taken index: %s is marked taken but no record holds it", ip)
+		}
+	}
+	for ip := range byIP {
+		if !inTaken[ip] {
+			t.Errorf("taken index: record %s is missing from the index (it could be handed out twice)", ip)
+		}
 	}
 	indexed := map[ownerEntry]bool{}
 	ownersOf := map[netip.Addr][]string{}
