@@ -45,7 +45,8 @@ e2e: build
 
 bench: build
 	@mkdir -p bin
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./test/bench -args -bench.out=$(CURDIR)/bin/bench-report.md $(BENCH_ARGS)
+	set -o pipefail; $(GO) test -run '^$$' -bench Sweep10k -benchtime 20x -count 1 ./pkg/gc/ | tee bin/bench-sweep.txt
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./test/bench -args -bench.out=$(CURDIR)/bin/bench-report.md -bench.sweep=$(CURDIR)/bin/bench-sweep.txt $(BENCH_ARGS)
 	@echo "bench: report written to bin/bench-report.md (BENCH_ARGS='-bench.doc=$(CURDIR)/docs/benchmarks.md' also updates the docs)"
 
 demo: build

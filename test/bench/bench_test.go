@@ -86,6 +86,7 @@ func run(b *testing.B) error {
 		b.Skip("the benchmark exec's Linux CNI plugins")
 	}
 	loadStart := loadavg()
+	sampler := startLoadSampler(10 * time.Second)
 	parent := *flagDir
 	dir, err := stateDir(parent)
 	if err != nil {
@@ -167,10 +168,26 @@ func run(b *testing.B) error {
 		return err
 	}
 
-	report := renderReport(reportInput{
-		plugins: plugins, results: results, fills: fills, tp: tp,
+	var sl *sweepLoadResult
+	if !*flagSkipSweepLoad {
+		if sl, err = runSweepLoad(root, dir, binDir, plugins[2], par); err != nil {
+			return err
+		}
+		fills = append(fills, fill{fmt.Sprintf("%d records swept", sl.records), "hostlease", fmt.Sprintf("exec ADD, %d in parallel", par), sl.records, sl.fillWall, sl.records})
+	}
+	var sweeps []sweepBench
+	if *flagSweepOut != "" {
+		if sweeps, err = readSweepBench(*flagSweepOut); err != nil {
+			return err
+		}
+	}
+
+	in := reportInput{
+		plugins: plugins, results: results, fills: fills, tp: tp, sweepLoad: sl, sweeps: sweeps,
 		dir: dir, loadStart: loadStart, loadEnd: loadavg(), par: par,
-	})
+	}
+	in.loadLo, in.loadMed, in.loadHi, in.loadN = sampler.Stop()
+	report := renderReport(in)
 	fmt.Print("\n" + report)
 	if *flagOut != "" {
 		if err := os.WriteFile(*flagOut, []byte(report), 0o644); err != nil {
@@ -182,7 +199,7 @@ func run(b *testing.B) error {
 			return err
 		}
 	}
-	reportMetrics(b, results, tp)
+	reportMetrics(b, results, tp, sl)
 	return nil
 }
 

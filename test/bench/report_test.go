@@ -54,8 +54,13 @@ type reportInput struct {
 	results            []pointResult
 	fills              []fill
 	tp                 throughputResult
+	sweepLoad          *sweepLoadResult
+	sweeps             []sweepBench
 	dir                string
 	loadStart, loadEnd string
+	loadLo, loadMed    float64
+	loadHi             float64
+	loadN              int
 	par                int
 }
 
@@ -147,6 +152,9 @@ func renderReport(in reportInput) string {
 	}
 	w("\nhostlease / host-local: %.2fx (target >= 2x: %s)\n", hsm/hlm, met)
 
+	renderSweeps(w, in.sweeps, in.sweepLoad)
+	renderSweepLoad(w, in.sweepLoad)
+
 	if len(in.fills) > 0 {
 		w("\n### How the pools were filled\n\n| occupancy | plugin | method | held | wall time | exec'd calls/s |\n|---|---|---|---:|---:|---:|\n")
 		for _, f := range in.fills {
@@ -161,7 +169,11 @@ func renderReport(in reportInput) string {
 	w("\n### Machine\n\n")
 	w("- nproc %d, %s, kernel %s, %s\n", runtime.NumCPU(), cpuModel(), kernel(), runtime.Version())
 	w("- state dir on %s\n", fsDescription(in.dir))
-	w("- load average at start %s, at end %s\n", in.loadStart, in.loadEnd)
+	w("- load average at start %s, at end %s", in.loadStart, in.loadEnd)
+	if in.loadN > 0 {
+		w("; 1-minute load sampled every 10 s during the run (%d samples): min %.2f, median %.2f, max %.2f", in.loadN, in.loadLo, in.loadMed, in.loadHi)
+	}
+	w("\n")
 	w("- binaries (stripped):")
 	for i, p := range in.plugins {
 		sep := ","
@@ -174,13 +186,98 @@ func renderReport(in reportInput) string {
 	return b.String()
 }
 
-func reportMetrics(b *testing.B, results []pointResult, tp throughputResult) {
+// sweepTarget is the issue's budget for a sweep over 10 000 records, not
+// counting the CRI call.
+const sweepTarget = 100 * time.Millisecond
+
+func renderSweeps(w func(string, ...any), sweeps []sweepBench, sl *sweepLoadResult) {
+	if len(sweeps) == 0 {
+		return
+	}
+	w("\n### Sweep of 10 000 records (ms per sweep)\n\n")
+	w("`go test -run '^$' -bench Sweep10k -benchtime 20x ./pkg/gc/`: one `Sweeper.Sweep` in process over a store of 10 000 allocations ")
+	w("(half of them READY sandboxes, half absent from CRI and too young to reclaim, each with a netns path to stat), ")
+	w("against an in-process fake CRI that answers at once: the sweep without the CRI call. Target: < 100 ms plus the CRI call.\n\n")
+	w("| benchmark | sweep | iterations | ms per sweep | target (< 100 ms + CRI) |\n|---|---|---:|---:|---|\n")
+	for _, sb := range sweeps {
+		what := sb.name
+		switch sb.name {
+		case "BenchmarkSweep10k":
+			what = "steady state of a running daemon: records unchanged since the last sweep are not decoded again, unchanged observations not rewritten"
+		case "BenchmarkSweep10kCold":
+			what = "first sweep of a new daemon over a freshly written store: every record decoded, every observation written (one transaction)"
+		}
+		met := "met"
+		if time.Duration(sb.ns) >= sweepTarget {
+			met = "NOT met"
+		}
+		w("| %s | %s | %d | %.1f | %s |\n", sb.name, what, sb.iters, sb.ns/1e6, met)
+	}
+	if sl != nil && sl.sweepCount > 0 {
+		w("\nThe real daemon below (`hostlease-gc run`, gRPC CRI listing %d sandboxes, plugin calls running): %.1f ms per sweep on average, CRI call included (`hostlease_sweep_duration_seconds`, %.0f sweeps).\n",
+			sl.listed, 1000*sl.sweepSum/sl.sweepCount, sl.sweepCount)
+	}
+}
+
+func renderSweepLoad(w func(string, ...any), sl *sweepLoadResult) {
+	if sl == nil {
+		return
+	}
+	w("\n### ADD and DEL latency while hostlease-gc sweeps (ms)\n\n")
+	w("A store of %d records filled through hostlease's exec'd ADD; a gRPC CRI server lists %d of their sandboxes READY, the others are absent ", sl.records, sl.listed)
+	w("(leak candidates the daemon keeps observing; `--min-age %s --grace %s` so it reclaims none). ", sweepLoadMinAge, sweepLoadMinAge)
+	w("%d ADD+DEL pairs (a new container each, every call timed from fork to exit) (i) with no daemon and (ii) while `hostlease-gc run --interval %s --no-api` sweeps the data dir, ", sl.k, sl.interval)
+	w("in %d rounds alternating (i) and (ii) (order swapped every round); each (ii) round starts a new daemon and waits for 5 ok sweeps before timing.\n\n", sl.rounds)
+	w("| mode | K | ADD p50 / p99 | DEL p50 / p99 | ADD CPU p50 | DEL CPU p50 |\n|---|---:|---:|---:|---:|---:|\n")
+	row := func(label string, s stat) {
+		w("| %s | %d | %s / %s | %s / %s | %s | %s |\n", label, len(s.add),
+			ms(percentile(s.add, 0.5)), ms(percentile(s.add, 0.99)), ms(percentile(s.del, 0.5)), ms(percentile(s.del, 0.99)),
+			ms(percentile(s.addCPU, 0.5)), ms(percentile(s.delCPU, 0.5)))
+	}
+	row("(i) no daemon", sl.off)
+	row("(ii) hostlease-gc sweeping", sl.on)
+	spread := func(rounds [][2]time.Duration) string {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, r := range rounds {
+			if r[0] > 0 && r[1] > 0 {
+				x := ratio(r[1], r[0])
+				lo, hi = math.Min(lo, x), math.Max(hi, x)
+			}
+		}
+		if math.IsInf(lo, 0) {
+			return ""
+		}
+		return fmt.Sprintf(" [%.2f-%.2f]", lo, hi)
+	}
+	q := func(a, b []time.Duration, p float64) float64 { return ratio(percentile(a, p), percentile(b, p)) }
+	w("| (ii)/(i) | | p50 %.2f%s, p99 %.2f | p50 %.2f%s, p99 %.2f | %.2f | %.2f |\n",
+		q(sl.on.add, sl.off.add, 0.5), spread(sl.roundAdd), q(sl.on.add, sl.off.add, 0.99),
+		q(sl.on.del, sl.off.del, 0.5), spread(sl.roundDel), q(sl.on.del, sl.off.del, 0.99),
+		q(sl.on.addCPU, sl.off.addCPU, 0.5), q(sl.on.delCPU, sl.off.delCPU, 0.5))
+	w("\nIn brackets: the lowest and highest per-round ratio of p50s. ")
+	busy := 0.0
+	if sl.windowWall > 0 {
+		busy = 100 * sl.sweepSum / sl.windowWall.Seconds()
+	}
+	mean := 0.0
+	if sl.sweepCount > 0 {
+		mean = 1000 * sl.sweepSum / sl.sweepCount
+	}
+	w("During the timed (ii) windows (%s in all) the daemon finished %.0f sweeps with result ok and %.0f failed, %.1f ms per sweep on average, sweeping %.0f %% of the time; %d ListPodSandbox calls over the whole measurement.\n",
+		sl.windowWall.Round(10*time.Millisecond), sl.sweepsOK, sl.sweepsKO, mean, busy, sl.criLists)
+}
+
+func reportMetrics(b *testing.B, results []pointResult, tp throughputResult, sl *sweepLoadResult) {
 	for i, r := range results {
 		s := r.stats
 		b.ReportMetric(ratio(percentile(s[2].add, 0.5), percentile(s[0].add, 0.5)), fmt.Sprintf("hostlease/floor-ADD-p50-point%d", i))
 		b.ReportMetric(ratio(percentile(s[2].del, 0.5), percentile(s[0].del, 0.5)), fmt.Sprintf("hostlease/floor-DEL-p50-point%d", i))
 	}
 	b.ReportMetric(median(tp.perRound[2])/median(tp.perRound[1]), "hostlease/host-local-calls/s")
+	if sl != nil {
+		b.ReportMetric(ratio(percentile(sl.on.add, 0.5), percentile(sl.off.add, 0.5)), "sweeping/idle-ADD-p50")
+		b.ReportMetric(ratio(percentile(sl.on.add, 0.99), percentile(sl.off.add, 0.99)), "sweeping/idle-ADD-p99")
+	}
 }
 
 func kernel() string {
