@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"net"
-	"net/netip"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -45,11 +44,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		Owner:     ownerOf(args),
 		Now:       time.Now(),
 	}
-	for _, ip := range c.IPAM.IPArgs {
-		if a, ok := netip.AddrFromSlice(ip); ok {
-			req.Requested = append(req.Requested, a.Unmap())
-		}
-	}
+	req.Requested = c.IPAM.Requested
 	var recs []*allocator.Record
 	var aerr *types.Error
 	err = s.Update(func(tx *allocator.Tx) error {

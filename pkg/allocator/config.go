@@ -3,12 +3,9 @@ package allocator
 import (
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/netip"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
-	hl "github.com/containernetworking/plugins/plugins/ipam/host-local/backend/allocator"
 )
 
 // Default directories. The store lives apart from host-local's state unless
@@ -26,9 +23,10 @@ type Config struct {
 	// Marker is true when the plugin runs as the commit marker (a conflist entry
 	// of type hostlease without an ipam section).
 	Marker bool
-	// IPAM is host-local's own parse of the ipam section: canonical range sets,
-	// routes, resolvConf and requested IPs. Nil in marker mode.
-	IPAM      *hl.IPAMConfig
+	// IPAM holds the ipam section's routes, resolvConf and requested IPs, and
+	// RangeSets its canonical range sets, both as host-local's loader reads
+	// them (see loadIPAM). Nil in marker mode.
+	IPAM      *IPAM
 	RangeSets []StoredRangeSet
 	// StoreDir holds <network>.db; HostLocalDir holds host-local's <network>/.
 	StoreDir     string
@@ -48,8 +46,9 @@ type Attachment struct {
 	IfName      string `json:"ifname"`
 }
 
-// ownConf is the part of the config hostlease reads itself; the ipam section's
-// ranges are left to host-local's parser so validation matches it exactly.
+// ownConf is the part of the config that only hostlease reads; the ipam
+// section's ranges, routes and requested IPs are read by loadIPAM, which
+// validates them exactly as host-local does.
 type ownConf struct {
 	Name          string         `json:"name"`
 	CNIVersion    string         `json:"cniVersion"`
@@ -112,7 +111,7 @@ func LoadConfig(stdin []byte, cniArgs string) (*Config, error) {
 	if own.IPAM.FailStatusOnExhaustion != nil {
 		c.FailStatusOnExhaustion = *own.IPAM.FailStatusOnExhaustion
 	}
-	ipam, version, err := loadIPAMConfig(stdin, cniArgs)
+	ipam, sets, version, err := loadIPAM(stdin, cniArgs)
 	if err != nil {
 		// Only now look at CNI_ARGS on its own: a malformed value there is the
 		// caller's environment, not the config (and the hot path parses it once).
@@ -121,21 +120,8 @@ func LoadConfig(stdin []byte, cniArgs string) (*Config, error) {
 		}
 		return nil, explainIPAMError(stdin, err)
 	}
-	c.IPAM, c.CNIVersion = ipam, version
-	c.RangeSets = storedRangeSets(ipam.Ranges)
+	c.IPAM, c.RangeSets, c.CNIVersion = ipam, sets, version
 	return c, nil
-}
-
-// loadIPAMConfig is host-local's config loader, except that its panic on a
-// null entry in args.cni.ips or runtimeConfig.ips becomes an error: a plugin
-// that crashes on DEL is retried forever.
-func loadIPAMConfig(stdin []byte, cniArgs string) (ipam *hl.IPAMConfig, version string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			ipam, version, err = nil, "", fmt.Errorf("null is not an IP address (host-local's parser: %v)", r)
-		}
-	}()
-	return hl.LoadIPAMConfig(stdin, cniArgs)
 }
 
 // checkCNIArgs parses CNI_ARGS as host-local does, so that a malformed value is
@@ -144,7 +130,7 @@ func checkCNIArgs(cniArgs string) error {
 	if cniArgs == "" {
 		return nil
 	}
-	var e hl.IPAMEnvArgs
+	var e envArgs
 	if err := types.LoadArgs(cniArgs, &e); err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %v", err), "")
 	}
@@ -165,26 +151,4 @@ func validNetworkName(name string) error {
 			fmt.Sprintf("name: %q is not a valid network name (letters, digits, '_', '.', '-'; starting with a letter or digit)", name), "")
 	}
 	return nil
-}
-
-func toAddr(ip net.IP) netip.Addr {
-	a, _ := netip.AddrFromSlice(ip)
-	return a.Unmap()
-}
-
-// storedRangeSets converts host-local's canonical ranges to the stored form.
-func storedRangeSets(sets []hl.RangeSet) []StoredRangeSet {
-	out := make([]StoredRangeSet, len(sets))
-	for i, set := range sets {
-		for _, r := range set {
-			ones, _ := r.Subnet.Mask.Size()
-			out[i].Ranges = append(out[i].Ranges, StoredRange{
-				Subnet:  netip.PrefixFrom(toAddr(r.Subnet.IP), ones),
-				Start:   toAddr(r.RangeStart),
-				End:     toAddr(r.RangeEnd),
-				Gateway: toAddr(r.Gateway),
-			})
-		}
-	}
-	return out
 }

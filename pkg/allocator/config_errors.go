@@ -1,10 +1,12 @@
 package allocator
 
 import (
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -22,12 +24,43 @@ func decodeError(err error) error {
 		// host-local embeds the legacy top-level range as a Go struct named
 		// Range; its fields sit directly in the ipam object.
 		field := strings.Replace(typ.Field, "ipam.Range.", "ipam.", 1)
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s: expected %s, got JSON %s", field, typ.Type, typ.Value), "")
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s: expected %s, got JSON %s", field, jsonKind(typ.Type), typ.Value), "")
 	}
 	return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("config: %v", err), "")
 }
 
-// explainIPAMError turns an error from host-local's config loader into a coded
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// jsonKind names the JSON kind a Go type decodes from ("string", "array", ...),
+// so that a type error reads the same whichever Go types the decoder used.
+func jsonKind(t reflect.Type) string {
+	for t != nil {
+		if t.Implements(textUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+			return "string"
+		}
+		switch t.Kind() {
+		case reflect.Pointer:
+			t = t.Elem()
+			continue
+		case reflect.String:
+			return "string"
+		case reflect.Bool:
+			return "boolean"
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+			reflect.Float32, reflect.Float64:
+			return "number"
+		case reflect.Slice, reflect.Array:
+			return "array"
+		case reflect.Struct, reflect.Map:
+			return "object"
+		}
+		return t.String()
+	}
+	return "a value"
+}
+
+// explainIPAMError turns an error from loadIPAM (host-local's wording) into a coded
 // error. It runs only on the failure path, so it may re-read the config to find
 // which field holds the bad value.
 func explainIPAMError(stdin []byte, err error) error {

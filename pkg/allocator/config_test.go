@@ -23,14 +23,11 @@ func rng(subnet, start, end, gw string) StoredRange {
 
 func set(ranges ...StoredRange) StoredRangeSet { return StoredRangeSet{Ranges: ranges} }
 
-func TestLoadConfigAccepts(t *testing.T) {
+// acceptCases are configs LoadConfig must accept; the host-local oracle test
+// (ipamconf_test.go) also runs them.
+var acceptCases = func() []acceptCase {
 	v4 := set(rng("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"))
-	tests := []struct {
-		name    string
-		conf    string
-		cniArgs string
-		check   func(t *testing.T, c *Config)
-	}{{
+	return []acceptCase{{
 		name: "ranges with several subnets per range set and explicit bounds",
 		conf: `{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"hostlease","ranges":[
 			[{"subnet":"10.0.0.0/28"},{"subnet":"10.0.1.0/28","rangeStart":"10.0.1.4","rangeEnd":"10.0.1.8","gateway":"10.0.1.9"}],
@@ -87,10 +84,10 @@ func TestLoadConfigAccepts(t *testing.T) {
 		cniArgs: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;IP=10.0.0.7",
 		check: func(t *testing.T, c *Config) {
 			var got []string
-			for _, ip := range c.IPAM.IPArgs {
+			for _, ip := range c.IPAM.Requested {
 				got = append(got, ip.String())
 			}
-			eq(t, "IPArgs", got, []string{"10.0.0.7", "10.0.0.5", "fd00::9"})
+			eq(t, "Requested", got, []string{"10.0.0.7", "10.0.0.5", "fd00::9"})
 		},
 	}, {
 		name: "runtimeConfig.ipRanges are prepended to the configured ranges",
@@ -151,7 +148,17 @@ func TestLoadConfigAccepts(t *testing.T) {
 			eq(t, "Network", c.Network, "k8s-pod_net.v2")
 		},
 	}}
-	for _, tc := range tests {
+}()
+
+type acceptCase struct {
+	name    string
+	conf    string
+	cniArgs string
+	check   func(t *testing.T, c *Config)
+}
+
+func TestLoadConfigAccepts(t *testing.T) {
+	for _, tc := range acceptCases {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadConfig([]byte(tc.conf), tc.cniArgs)
 			if err != nil {
@@ -162,21 +169,25 @@ func TestLoadConfigAccepts(t *testing.T) {
 	}
 }
 
-func TestLoadConfigRejects(t *testing.T) {
+type rejectCase struct {
+	name    string
+	conf    string
+	cniArgs string
+	code    uint
+	// Every string must appear in the message; the first names the field.
+	want []string
+}
+
+// rejectCases are configs LoadConfig must refuse, with the error's code and
+// words; the host-local oracle test (ipamconf_test.go) also runs them.
+var rejectCases = func() []rejectCase {
 	// ipam wraps a range set list in a config with a valid name and version.
 	ipam := func(body string) string {
 		return `{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"hostlease",` + body + `}}`
 	}
 	ranges := func(sets string) string { return ipam(`"ranges":` + sets) }
 	ok := ranges(`[[{"subnet":"10.0.0.0/28"}]]`)
-	tests := []struct {
-		name    string
-		conf    string
-		cniArgs string
-		code    uint
-		// Every string must appear in the message; the first names the field.
-		want []string
-	}{
+	return []rejectCase{
 		{"garbage", `not json at all`, "", types.ErrDecodingFailure, []string{"not valid JSON"}},
 		{"truncated JSON", `{"cniVersion":"1.0.0","name":"net1","ipam":{`, "", types.ErrDecodingFailure, []string{"not valid JSON"}},
 		{"name wrong type", `{"name":5,"ipam":{}}`, "", types.ErrDecodingFailure, []string{"name:", "string"}},
@@ -207,6 +218,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		{"bad args.cni.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"args":{"cni":{"ips":["10.0.0.5","ten"]}}}`, "", types.ErrInvalidNetworkConfig, []string{"args.cni.ips[1]:"}},
 		{"bad runtimeConfig.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"runtimeConfig":{"ips":["10.0.0.5/"]}}`, "", types.ErrInvalidNetworkConfig, []string{"runtimeConfig.ips[0]:"}},
 		// host-local itself panics on these (nil *ip.IP); a crashing DEL is retried forever.
+		// hostlease refuses them (errNullIP).
 		{"null args.cni.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"args":{"cni":{"ips":[null]}}}`, "", types.ErrInvalidNetworkConfig, []string{"args.cni.ips[0]:"}},
 		{"null runtimeConfig.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"runtimeConfig":{"ips":["10.0.0.4",null]}}`, "", types.ErrInvalidNetworkConfig, []string{"runtimeConfig.ips[1]:"}},
 
@@ -241,7 +253,10 @@ func TestLoadConfigRejects(t *testing.T) {
 		{"CNI_ARGS IP garbage", ok, "IP=x", types.ErrInvalidEnvironmentVariables, []string{"CNI_ARGS:", "IP"}},
 		{"CNI_ARGS bad IgnoreUnknown", ok, "IgnoreUnknown=maybe", types.ErrInvalidEnvironmentVariables, []string{"CNI_ARGS:"}},
 	}
-	for _, tc := range tests {
+}()
+
+func TestLoadConfigRejects(t *testing.T) {
+	for _, tc := range rejectCases {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadConfig([]byte(tc.conf), tc.cniArgs)
 			if err == nil {

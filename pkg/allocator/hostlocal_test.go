@@ -18,11 +18,16 @@ import (
 // test drives host-local's allocator and hostlease with the same ranges.
 func hostLocalSets(t *testing.T, ranges string) ([]hl.RangeSet, []StoredRangeSet) {
 	t.Helper()
-	c, err := LoadConfig([]byte(`{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"host-local","ranges":`+ranges+`}}`), "")
+	conf := []byte(`{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"host-local","ranges":` + ranges + `}}`)
+	c, err := LoadConfig(conf, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.IPAM.Ranges, c.RangeSets
+	ref, _, err := hl.LoadIPAMConfig(conf, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref.Ranges, c.RangeSets
 }
 
 // hostLocalAdd reserves one address per range set with host-local's own
