@@ -293,6 +293,12 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 // owner, same creation time): a plugin may have released and re-allocated the
 // address since the snapshot, and that new allocation must not be touched.
 func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
+	if !needsWrite(nr.Verdict) {
+		// Nothing to store: no write transaction, so no exclusive lock and no
+		// fdatasyncs (an empty bbolt commit still writes its meta page) that
+		// plugin calls would wait behind.
+		return nil
+	}
 	st, err := allocator.Open(nr.Path, allocator.OpenOptions{LockTimeout: storeLockTimeout})
 	if err != nil {
 		return err
@@ -340,6 +346,17 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 		nr.Reclaimed, nr.Committed = reclaimed, committed
 	}
 	return err
+}
+
+// needsWrite reports whether any decision changes the store: a reclaim, a
+// commit, or an observation that differs from the stored one.
+func needsWrite(v NetworkVerdict) bool {
+	for _, d := range v.Decisions {
+		if d.Action != Keep || d.Obs != d.Record.Obs {
+			return true
+		}
+	}
+	return false
 }
 
 // report exports a network's gauges and counters, logs what happened and
