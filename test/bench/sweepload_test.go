@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,9 @@ import (
 	"syscall"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/hostlease/hostlease/internal/fakecri"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -86,7 +90,13 @@ func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepL
 
 	// Half of the sandboxes (every other fill container) are READY, with the
 	// address their ADD got; the other half are gone from the runtime.
-	var sandboxes []benchSandbox
+	criDir, err := os.MkdirTemp("", "hlb-cri-") // short: unix socket paths are limited to 108 bytes
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(criDir)
+	cri := fakecri.New(filepath.Join(criDir, "cri.sock"))
+	listed := 0
 	for ip, name := range owner {
 		i, err := strconv.Atoi(strings.TrimPrefix(name, "fill-"))
 		if err != nil {
@@ -94,13 +104,13 @@ func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepL
 		}
 		if i%2 == 0 {
 			id := containerID(name)
-			sandboxes = append(sandboxes, benchSandbox{id: id, name: name, namespace: "bench",
-				uid: id[:8] + "-0000-4000-8000-" + id[8:20], ip: ip})
+			cri.Put(fakecri.Sandbox{ID: id, Name: name, Namespace: "bench", UID: id[:8] + "-0000-4000-8000-" + id[8:20],
+				State: runtimeapi.PodSandboxState_SANDBOX_READY, IPs: []netip.Addr{ip}})
+			listed++
 		}
 	}
-	res.listed = len(sandboxes)
-	cri, err := startFakeRuntime(sandboxes)
-	if err != nil {
+	res.listed = listed
+	if err := cri.Start(); err != nil {
 		return nil, err
 	}
 	defer cri.Stop()
@@ -144,7 +154,7 @@ func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepL
 		return adds, dels, nil
 	}
 
-	listsBefore := cri.lists.Load()
+	listsBefore := int64(cri.Lists())
 	for r := range res.rounds {
 		count := (r+1)*res.k/res.rounds - r*res.k/res.rounds
 		var p50s [2][2]time.Duration // [mode][add, del]
@@ -197,7 +207,7 @@ func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepL
 		res.roundAdd = append(res.roundAdd, [2]time.Duration{p50s[0][0], p50s[1][0]})
 		res.roundDel = append(res.roundDel, [2]time.Duration{p50s[0][1], p50s[1][1]})
 	}
-	res.criLists = cri.lists.Load() - listsBefore
+	res.criLists = int64(cri.Lists()) - listsBefore
 	if res.sweepsOK == 0 {
 		return nil, fmt.Errorf("hostlease-gc finished no sweep during the timed windows (%s in all): nothing was measured under sweeps",
 			res.windowWall.Round(time.Millisecond))
