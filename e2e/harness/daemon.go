@@ -13,10 +13,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/promtext"
 )
 
 // DaemonOptions say how to run `hostlease-gc run` against an env.
@@ -270,12 +271,8 @@ func EventTime(ev map[string]any) time.Time {
 	return t
 }
 
-// Sample is one metric sample of the Prometheus text format.
-type Sample struct {
-	Name   string
-	Labels map[string]string
-	Value  float64
-}
+// Sample is one metric sample of a scrape.
+type Sample = promtext.Sample
 
 // MetricSet is one scrape.
 type MetricSet struct {
@@ -292,40 +289,16 @@ func (d *Daemon) Metrics() (MetricSet, error) {
 	if code != http.StatusOK {
 		return MetricSet{}, fmt.Errorf("GET /metrics: status %d: %s", code, body)
 	}
-	return ParseMetrics(body), nil
+	return ParseMetrics(body)
 }
 
-// ParseMetrics parses the Prometheus text exposition format (enough of it for
-// the daemon's own output: no escaped quotes or commas inside label values).
-func ParseMetrics(text string) MetricSet {
-	ms := MetricSet{Raw: text}
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		series := line[:i]
-		s := Sample{Name: series, Labels: map[string]string{}, Value: v}
-		if j := strings.IndexByte(series, '{'); j >= 0 && strings.HasSuffix(series, "}") {
-			s.Name = series[:j]
-			for _, kv := range strings.Split(series[j+1:len(series)-1], ",") {
-				k, val, ok := strings.Cut(kv, "=")
-				if ok {
-					s.Labels[k] = strings.Trim(val, `"`)
-				}
-			}
-		}
-		ms.Samples = append(ms.Samples, s)
+// ParseMetrics parses a scrape in the Prometheus text exposition format.
+func ParseMetrics(text string) (MetricSet, error) {
+	samples, err := promtext.Parse(text)
+	if err != nil {
+		return MetricSet{Raw: text}, fmt.Errorf("parse /metrics: %w", err)
 	}
-	return ms
+	return MetricSet{Samples: samples, Raw: text}, nil
 }
 
 // Sum adds up the samples named name whose labels include all of labels

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -317,35 +317,28 @@ func (d *daemon) scrape() (daemonMetrics, error) {
 	if err != nil {
 		return m, err
 	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		name := line[:i]
-		switch {
-		case name == `hostlease_sweeps_total{result="ok"}`:
-			m.ok = v
-		case strings.HasPrefix(name, "hostlease_sweeps_total{"):
-			m.failed += v
-		case name == "hostlease_sweep_duration_seconds_sum":
+	samples, err := promtext.Parse(string(body))
+	if err != nil {
+		return m, err
+	}
+	for _, smp := range samples {
+		v := smp.Value
+		switch smp.Name {
+		case "hostlease_sweeps_total":
+			if smp.Labels["result"] == "ok" {
+				m.ok = v
+			} else {
+				m.failed += v
+			}
+		case "hostlease_sweep_duration_seconds_sum":
 			m.durSum = v
-		case name == "hostlease_sweep_duration_seconds_count":
+		case "hostlease_sweep_duration_seconds_count":
 			m.durCount = v
-		case strings.HasPrefix(name, "hostlease_reclaims_total"):
+		case "hostlease_reclaims_total":
 			m.reclaims += v
 		}
 	}
-	return m, sc.Err()
+	return m, nil
 }
 
 // waitSweeps waits until the daemon has finished n sweeps, all ok, and

@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -521,77 +521,11 @@ func (l *logSink) entries(msg string) []map[string]any {
 // ---------------------------------------------------------------------------
 // Prometheus text format, enough of it for these assertions.
 
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
+type sample = promtext.Sample
 
 type metrics []sample
 
-func parseMetrics(text string) (metrics, error) {
-	var out metrics
-	for ln, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		s := sample{labels: map[string]string{}}
-		rest := line
-		if i := strings.IndexAny(line, "{ "); i < 0 {
-			return nil, fmt.Errorf("line %d: %q", ln+1, line)
-		} else {
-			s.name, rest = line[:i], line[i:]
-		}
-		if strings.HasPrefix(rest, "{") {
-			rest = rest[1:]
-			for {
-				rest = strings.TrimLeft(rest, ", ")
-				if strings.HasPrefix(rest, "}") {
-					rest = rest[1:]
-					break
-				}
-				eq := strings.Index(rest, "=\"")
-				if eq < 0 {
-					return nil, fmt.Errorf("line %d: bad labels in %q", ln+1, line)
-				}
-				key := rest[:eq]
-				rest = rest[eq+2:]
-				var val strings.Builder
-				i := 0
-				for ; i < len(rest) && rest[i] != '"'; i++ {
-					if rest[i] == '\\' && i+1 < len(rest) {
-						i++
-						switch rest[i] {
-						case 'n':
-							val.WriteByte('\n')
-						default:
-							val.WriteByte(rest[i])
-						}
-						continue
-					}
-					val.WriteByte(rest[i])
-				}
-				if i >= len(rest) {
-					return nil, fmt.Errorf("line %d: unterminated label value in %q", ln+1, line)
-				}
-				s.labels[key] = val.String()
-				rest = rest[i+1:]
-			}
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			return nil, fmt.Errorf("line %d: no value in %q", ln+1, line)
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %v", ln+1, err)
-		}
-		s.value = v
-		out = append(out, s)
-	}
-	return out, nil
-}
+func parseMetrics(text string) (metrics, error) { return promtext.Parse(text) }
 
 // get returns the value of the one series of name whose labels include
 // labels, and whether it exists.
@@ -599,7 +533,7 @@ func (m metrics) get(name string, labels map[string]string) (float64, bool) {
 	var v float64
 	n := 0
 	for _, s := range m.match(name, labels) {
-		v = s.value
+		v = s.Value
 		n++
 	}
 	return v, n == 1
@@ -609,7 +543,7 @@ func (m metrics) get(name string, labels map[string]string) (float64, bool) {
 func (m metrics) sum(name string, labels map[string]string) float64 {
 	v := 0.0
 	for _, s := range m.match(name, labels) {
-		v += s.value
+		v += s.Value
 	}
 	return v
 }
@@ -618,11 +552,11 @@ func (m metrics) match(name string, labels map[string]string) []sample {
 	var out []sample
 next:
 	for _, s := range m {
-		if s.name != name {
+		if s.Name != name {
 			continue
 		}
 		for k, v := range labels {
-			if s.labels[k] != v {
+			if s.Labels[k] != v {
 				continue next
 			}
 		}
