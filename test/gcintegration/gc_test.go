@@ -349,7 +349,7 @@ func TestCRIUnusableReclaimsNothing(t *testing.T) {
 		} else {
 			o = n.del("during-hang")
 		}
-		if !o.ok() || o.Elapsed > 2*time.Second {
+		if !o.OK() || o.Elapsed > 2*time.Second {
 			t.Errorf("%s while the daemon waits on CRI: %s in %s", verb, o, o.Elapsed)
 		}
 	}
@@ -618,7 +618,7 @@ func TestTruncatedStoreSetAsideAndRebuilt(t *testing.T) {
 	if err := os.Truncate(n.storePath(), 8192); err != nil {
 		t.Fatal(err)
 	}
-	if o := n.del("going"); !o.ok() {
+	if o := n.del("going"); !o.OK() {
 		t.Errorf("DEL with a truncated store: %s, want exit 0", o)
 	}
 	n.cri.Remove("going")
@@ -719,7 +719,7 @@ func TestDaemonNeverHoldsStoreOpen(t *testing.T) {
 				for _, o := range []outcome{n.tryAdd(id), n.del(id)} {
 					mu.Lock()
 					elapsed = append(elapsed, o.Elapsed)
-					if !o.ok() || o.Elapsed > lockTimeout/2 {
+					if !o.OK() || o.Elapsed > lockTimeout/2 {
 						failures = append(failures, fmt.Sprintf("%s: %s in %s", id, o, o.Elapsed))
 					}
 					mu.Unlock()

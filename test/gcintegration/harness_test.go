@@ -27,8 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
-
+	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
@@ -129,24 +128,7 @@ func (n *node) storePath() string { return allocator.StorePath(n.dataDir, networ
 func (n *node) netns(id string) string { return filepath.Join(n.netnsDir, "cni-"+id) }
 
 // outcome is one plugin process's result.
-type outcome struct {
-	Stdout, Stderr []byte
-	Err            *types.Error // the CNI error printed on exit 1
-	ExitErr        error        // the process failed otherwise
-	Elapsed        time.Duration
-}
-
-func (o outcome) ok() bool { return o.Err == nil && o.ExitErr == nil }
-
-func (o outcome) String() string {
-	switch {
-	case o.ExitErr != nil:
-		return fmt.Sprintf("exec failure: %v (stdout %q, stderr %q)", o.ExitErr, o.Stdout, o.Stderr)
-	case o.Err != nil:
-		return fmt.Sprintf("CNI error %d: %s (stderr %q)", o.Err.Code, o.Err.Msg, o.Stderr)
-	}
-	return "ok"
-}
+type outcome = cniexec.Outcome
 
 // plugin runs bin/hostlease once as a runtime would, with the pod's
 // metadata in CNI_ARGS.
@@ -168,17 +150,7 @@ func (n *node) plugin(command, id string, conf []byte) outcome {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	o := outcome{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Elapsed: time.Since(start)}
-	if err != nil {
-		var ee *exec.ExitError
-		var cerr types.Error
-		if errors.As(err, &ee) && ee.ExitCode() == 1 && json.Unmarshal(o.Stdout, &cerr) == nil && cerr.Code != 0 {
-			o.Err = &cerr
-		} else {
-			o.ExitErr = err
-		}
-	}
-	return o
+	return cniexec.Classify(err, stdout.Bytes(), stderr.Bytes(), time.Since(start))
 }
 
 // tryAdd runs IPAM ADD for sandbox id. The runtime creates the sandbox's
@@ -194,7 +166,7 @@ func (n *node) tryAdd(id string) outcome {
 func (n *node) add(id string) netip.Addr {
 	n.t.Helper()
 	o := n.tryAdd(id)
-	if !o.ok() {
+	if !o.OK() {
 		n.t.Fatalf("ADD %s: %s", id, o)
 	}
 	ip, err := resultIP(o.Stdout)
@@ -212,7 +184,7 @@ func (n *node) del(id string) outcome { return n.plugin("DEL", id, n.conf) }
 func (n *node) commitMarker(id string) {
 	n.t.Helper()
 	conf, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": network, "type": "hostlease", "dataDir": n.dataDir})
-	if o := n.plugin("ADD", id, conf); !o.ok() {
+	if o := n.plugin("ADD", id, conf); !o.OK() {
 		n.t.Fatalf("commit marker ADD %s: %s", id, o)
 	}
 }

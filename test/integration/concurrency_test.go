@@ -167,7 +167,7 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 				add.Command = "ADD"
 				o := runPlugin(ctx, add, conf)
 				lat.add(o.Elapsed)
-				if !o.ok() {
+				if !o.OK() {
 					errs.add("ADD %s: %v", id, o)
 					continue // no address to release; DEL must still succeed below
 				}
@@ -193,7 +193,7 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 				del.Command = "DEL"
 				o = runPlugin(ctx, del, conf)
 				lat.add(o.Elapsed)
-				if !o.ok() {
+				if !o.OK() {
 					errs.add("DEL %s: %v", id, o)
 					continue // keep the addresses live: nobody else may get them
 				}

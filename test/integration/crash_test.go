@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -168,7 +169,7 @@ func killPlugin(ctx context.Context, c call, conf []byte, storePath, mode string
 	if sigErr != nil && !errors.Is(sigErr, os.ErrProcessDone) {
 		return nil, outcome{}, sigErr
 	}
-	return nil, finish(err, stdout.Bytes(), stderr.Bytes(), time.Since(start)), nil
+	return nil, cniexec.Classify(err, stdout.Bytes(), stderr.Bytes(), time.Since(start)), nil
 }
 
 // crashBook is the test's record of what every container should hold.
@@ -239,7 +240,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 	add := func(id string) (netip.Addr, bool) {
 		normalCalls.Add(1)
 		o := runPlugin(ctx, mkCall("ADD", id), conf)
-		if !o.ok() {
+		if !o.OK() {
 			errs.add("normal ADD %s: %v", id, o)
 			return netip.Addr{}, false
 		}
@@ -260,7 +261,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 	}
 	del := func(id string) {
 		normalCalls.Add(1)
-		if o := runPlugin(ctx, mkCall("DEL", id), conf); !o.ok() {
+		if o := runPlugin(ctx, mkCall("DEL", id), conf); !o.OK() {
 			errs.add("normal DEL %s: %v", id, o)
 			return
 		}
@@ -309,7 +310,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 				switch {
 				case err != nil:
 					errs.add("%s %s: %v", verb, id, err)
-				case kl == nil && !o.ok():
+				case kl == nil && !o.OK():
 					errs.add("%s %s (finished before the kill): %v", verb, id, o)
 				case kl == nil:
 					stats.mu.Lock()
@@ -460,7 +461,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 	for range 8 {
 		dwg.Go(func() {
 			for id := range ch {
-				if o := runPlugin(ctx, mkCall("DEL", id), conf); !o.ok() {
+				if o := runPlugin(ctx, mkCall("DEL", id), conf); !o.OK() {
 					derrs.add("DEL %s: %v", id, o)
 				}
 			}

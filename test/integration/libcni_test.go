@@ -281,7 +281,7 @@ func TestLibcniBridgeChain(t *testing.T) {
 	cID := "sandbox-c-" + randHex(8)
 	ipamStdin := pluginBytesWithName(t, list.Plugins[0].Bytes, network)
 	if o := runPlugin(rig.ctx, call{Command: "ADD", ContainerID: cID, IfName: "eth0", Netns: pod.path,
-		Args: podArgs("team-a", "web-2", "uid-web-2", cID)}, ipamStdin); !o.ok() {
+		Args: podArgs("team-a", "web-2", "uid-web-2", cID)}, ipamStdin); !o.OK() {
 		t.Fatalf("direct hostlease ADD for %s: %v", cID, o)
 	}
 	if err := rig.gc(list, a); err != nil {
@@ -458,7 +458,7 @@ func TestDelMissingState(t *testing.T) {
 		dir = t.TempDir()
 		conf = ipamConf(t, network, dir, "10.80.0.0/16")
 		for i := range n {
-			if o := runPlugin(ctx, mk("ADD", fmt.Sprintf("c%03d", i)), conf); !o.ok() {
+			if o := runPlugin(ctx, mk("ADD", fmt.Sprintf("c%03d", i)), conf); !o.OK() {
 				t.Fatalf("ADD: %v", o)
 			}
 		}
@@ -467,7 +467,7 @@ func TestDelMissingState(t *testing.T) {
 
 	t.Run("unknown-container", func(t *testing.T) {
 		_, path, conf := healthy(t, 3)
-		if o := runPlugin(ctx, mk("DEL", "nobody"), conf); !o.ok() {
+		if o := runPlugin(ctx, mk("DEL", "nobody"), conf); !o.OK() {
 			t.Errorf("DEL of an unknown container: %v", o)
 		}
 		if snap := readStore(t, path); len(snap.Records) != 3 {
@@ -476,7 +476,7 @@ func TestDelMissingState(t *testing.T) {
 	})
 	t.Run("missing-datadir", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "never", "created")
-		if o := runPlugin(ctx, mk("DEL", "c000"), ipamConf(t, network, dir, "10.80.0.0/16")); !o.ok() {
+		if o := runPlugin(ctx, mk("DEL", "c000"), ipamConf(t, network, dir, "10.80.0.0/16")); !o.OK() {
 			t.Errorf("DEL with a missing dataDir: %v", o)
 		}
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -509,7 +509,7 @@ func TestDelMissingState(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := fileDigest(t, path)
-			if o := runPlugin(ctx, mk("DEL", "c001"), conf); !o.ok() {
+			if o := runPlugin(ctx, mk("DEL", "c001"), conf); !o.OK() {
 				t.Errorf("DEL on a %s store: %v", bk.name, o)
 			}
 			if got := fileDigest(t, path); got != want {

@@ -24,9 +24,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -106,27 +106,7 @@ func (c call) env() []string {
 }
 
 // outcome is what one plugin process did.
-type outcome struct {
-	Stdout, Stderr []byte
-	// Err is the CNI error the plugin printed, nil on exit 0.
-	Err *types.Error
-	// ExitErr is set when the process could not run or exited oddly.
-	ExitErr error
-	Elapsed time.Duration
-}
-
-// ok reports a clean exit 0.
-func (o outcome) ok() bool { return o.Err == nil && o.ExitErr == nil }
-
-func (o outcome) String() string {
-	switch {
-	case o.ExitErr != nil:
-		return fmt.Sprintf("exec failure: %v (stdout %q, stderr %q)", o.ExitErr, o.Stdout, o.Stderr)
-	case o.Err != nil:
-		return fmt.Sprintf("CNI error %d: %s %s (stderr %q)", o.Err.Code, o.Err.Msg, o.Err.Details, o.Stderr)
-	}
-	return "ok"
-}
+type outcome = cniexec.Outcome
 
 // pluginCmd prepares the hostlease process for c with conf on stdin.
 func pluginCmd(ctx context.Context, c call, conf []byte) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
@@ -143,26 +123,7 @@ func runPlugin(ctx context.Context, c call, conf []byte) outcome {
 	cmd, stdout, stderr := pluginCmd(ctx, c, conf)
 	start := time.Now()
 	err := cmd.Run()
-	return finish(err, stdout.Bytes(), stderr.Bytes(), time.Since(start))
-}
-
-// finish classifies a finished process: exit 0, a CNI error on stdout with
-// exit 1, or anything else.
-func finish(err error, stdout, stderr []byte, elapsed time.Duration) outcome {
-	o := outcome{Stdout: stdout, Stderr: stderr, Elapsed: elapsed}
-	if err == nil {
-		return o
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 1 {
-		var cerr types.Error
-		if jerr := json.Unmarshal(stdout, &cerr); jerr == nil && cerr.Code != 0 {
-			o.Err = &cerr
-			return o
-		}
-	}
-	o.ExitErr = err
-	return o
+	return cniexec.Classify(err, stdout.Bytes(), stderr.Bytes(), time.Since(start))
 }
 
 // resultIPs decodes the addresses of a CNI result.
