@@ -74,17 +74,6 @@ func TestMetricNamesInRunningDaemon(t *testing.T) {
 		t.Fatal("hostlease-gc did not say where it serves metrics")
 	}
 
-	// The start sweep fails to reach the runtime but still exports the
-	// network's series; wait for them (sweeps_total exists from the start).
-	var families map[string]bool
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		families = scrapeNames(t, url)
-		if families["hostlease_pool_size_addresses"] || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	used := map[string]string{}
 	for _, r := range loadRules(t) {
 		for _, n := range metricNames(r.Expr) {
@@ -95,6 +84,26 @@ func TestMetricNamesInRunningDaemon(t *testing.T) {
 	for where, expr := range dashboardQueries(t, d) {
 		for _, n := range metricNames(expr) {
 			used[n] = "dashboard " + where
+		}
+	}
+	// The start sweep fails to reach the runtime but still exports the
+	// network's series. A scrape is not atomic across collectors, so one taken
+	// while that sweep is exporting can miss some: poll until every name a
+	// rule or panel uses is served, or the deadline passes.
+	var families map[string]bool
+	missing := func() []string {
+		var out []string
+		for n := range used {
+			if n != "up" && !families[n] {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		families = scrapeNames(t, url)
+		if len(missing()) == 0 || time.Now().After(deadline) {
+			break
 		}
 	}
 	for n, where := range used {
