@@ -66,13 +66,71 @@ type ownIPAM struct {
 	FailStatusOnExhaustion *bool  `json:"failStatusOnExhaustion"`
 }
 
+// pluginConfJSON is the union of ownConf and netConfJSON (host-local's view),
+// so that the common, valid config is decoded once: every field keeps the JSON
+// name and Go type it has in its own struct, and "ipam" holds both views'
+// fields. Decoding it succeeds exactly when decoding both succeeds, with the
+// same values; when it fails, LoadConfig reruns the two decodes on their own so
+// that errors are reported (and prioritised) as before.
+type pluginConfJSON struct {
+	Name          string          `json:"name"`
+	CNIVersion    string          `json:"cniVersion"`
+	Type          string          `json:"type"`
+	DataDir       string          `json:"dataDir"`
+	IPAM          *pluginIPAMJSON `json:"ipam"`
+	PrevResult    map[string]any  `json:"prevResult"`
+	Valid         []Attachment    `json:"cni.dev/valid-attachments"`
+	ValidAltSpell []Attachment    `json:"cni.dev/attachments"`
+	RuntimeConfig runtimeConfJSON `json:"runtimeConfig"`
+	Args          *argsJSON       `json:"args"`
+}
+
+type pluginIPAMJSON struct {
+	ipamJSON                      // host-local's fields, dataDir among them
+	LockTimeout            string `json:"lockTimeout"`
+	FailStatusOnExhaustion *bool  `json:"failStatusOnExhaustion"`
+}
+
+// views splits the union back into the two structs it stands for.
+func (p *pluginConfJSON) views() (ownConf, *netConfJSON) {
+	own := ownConf{Name: p.Name, CNIVersion: p.CNIVersion, Type: p.Type, DataDir: p.DataDir,
+		PrevResult: p.PrevResult, Valid: p.Valid, ValidAltSpell: p.ValidAltSpell}
+	n := &netConfJSON{Name: p.Name, CNIVersion: p.CNIVersion, RuntimeConfig: p.RuntimeConfig, Args: p.Args}
+	if p.IPAM != nil {
+		own.IPAM = &ownIPAM{DataDir: p.IPAM.DataDir, LockTimeout: p.IPAM.LockTimeout, FailStatusOnExhaustion: p.IPAM.FailStatusOnExhaustion}
+		n.IPAM = &p.IPAM.ipamJSON
+	}
+	return own, n
+}
+
 // LoadConfig parses a plugin invocation's config. Every error is a *types.Error
 // whose code says what kind of input was wrong and whose message names the field.
 func LoadConfig(stdin []byte, cniArgs string) (*Config, error) {
+	var p pluginConfJSON
+	if err := json.Unmarshal(stdin, &p); err != nil {
+		return loadConfigSeparately(stdin, cniArgs)
+	}
+	own, n := p.views()
+	return buildConfig(stdin, cniArgs, own, func() (*IPAM, []StoredRangeSet, string, error) {
+		return ipamFrom(n, cniArgs)
+	})
+}
+
+// loadConfigSeparately decodes hostlease's own fields and then host-local's
+// view, each on its own: the error of the first that fails is the one reported.
+func loadConfigSeparately(stdin []byte, cniArgs string) (*Config, error) {
 	var own ownConf
 	if err := json.Unmarshal(stdin, &own); err != nil {
 		return nil, decodeError(err)
 	}
+	return buildConfig(stdin, cniArgs, own, func() (*IPAM, []StoredRangeSet, string, error) {
+		return loadIPAM(stdin, cniArgs)
+	})
+}
+
+// buildConfig checks hostlease's own fields and, unless the plugin runs as the
+// commit marker, loads the ipam section with load.
+func buildConfig(stdin []byte, cniArgs string, own ownConf, load func() (*IPAM, []StoredRangeSet, string, error)) (*Config, error) {
 	if err := validNetworkName(own.Name); err != nil {
 		return nil, err
 	}
@@ -111,7 +169,7 @@ func LoadConfig(stdin []byte, cniArgs string) (*Config, error) {
 	if own.IPAM.FailStatusOnExhaustion != nil {
 		c.FailStatusOnExhaustion = *own.IPAM.FailStatusOnExhaustion
 	}
-	ipam, sets, version, err := loadIPAM(stdin, cniArgs)
+	ipam, sets, version, err := load()
 	if err != nil {
 		// Only now look at CNI_ARGS on its own: a malformed value there is the
 		// caller's environment, not the config (and the hot path parses it once).

@@ -34,11 +34,12 @@ type (
 		CNIVersion    string          `json:"cniVersion"`
 		IPAM          *ipamJSON       `json:"ipam"`
 		RuntimeConfig runtimeConfJSON `json:"runtimeConfig"`
-		Args          *struct {
-			CNI *struct {
-				IPs []*addrArg `json:"ips"`
-			} `json:"cni"`
-		} `json:"args"`
+		Args          *argsJSON       `json:"args"`
+	}
+	argsJSON struct {
+		CNI *struct {
+			IPs []*addrArg `json:"ips"`
+		} `json:"cni"`
 	}
 	runtimeConfJSON struct {
 		IPRanges []rangeSetJSON `json:"ipRanges"`
@@ -134,6 +135,11 @@ func loadIPAM(stdin []byte, cniArgs string) (*IPAM, []StoredRangeSet, string, er
 	if err := json.Unmarshal(stdin, &n); err != nil {
 		return nil, nil, "", err
 	}
+	return ipamFrom(&n, cniArgs)
+}
+
+// ipamFrom is loadIPAM after decoding.
+func ipamFrom(n *netConfJSON, cniArgs string) (*IPAM, []StoredRangeSet, string, error) {
 	if n.IPAM == nil {
 		return nil, nil, "", errors.New("IPAM config missing 'ipam' key")
 	}

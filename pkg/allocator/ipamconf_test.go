@@ -123,6 +123,13 @@ func compareLoaders(t *testing.T, name string, conf []byte, cniArgs string) stri
 		t.Helper()
 		t.Errorf("%s: conf %s CNI_ARGS %q: %s", name, conf, cniArgs, fmt.Sprintf(format, a...))
 	}
+	// LoadConfig decodes a config once (pluginConfJSON); it must load exactly
+	// what decoding hostlease's and host-local's views separately loads.
+	once, onceErr := LoadConfig(conf, cniArgs)
+	apart, apartErr := loadConfigSeparately(conf, cniArgs)
+	if fmt.Sprint(onceErr) != fmt.Sprint(apartErr) || !reflect.DeepEqual(once, apart) {
+		fail("one decode: %+v, %v; two decodes: %+v, %v", once, onceErr, apart, apartErr)
+	}
 	ref, refVersion, refErr, refPanic := hostLocalLoad(conf, cniArgs)
 	got, gotSets, gotVersion, err := loadIPAM(conf, cniArgs)
 	checkLoadConfig(t, name, conf, cniArgs, ref, refVersion, refErr, refPanic)
