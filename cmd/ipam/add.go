@@ -65,7 +65,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	})
 	// The reservation is durable: release the store lock, which concurrent
 	// calls wait for, before building and printing the result.
-	s.Close()
+	s.UnlockForExit()
 	if err != nil {
 		return storeError(c, err)
 	}

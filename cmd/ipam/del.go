@@ -39,7 +39,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		}
 		return storeError(c, err)
 	}
-	defer s.Close()
+	defer s.UnlockForExit()
 	now := time.Now()
 	var released []*allocator.Record
 	err = s.Update(func(tx *allocator.Tx) error {

@@ -45,7 +45,7 @@ func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer s.Close()
+	defer s.UnlockForExit()
 	n := 0
 	err = s.Update(func(tx *allocator.Tx) error {
 		n, err = allocator.Commit(tx, args.ContainerID, args.IfName, time.Now())

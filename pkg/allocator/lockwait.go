@@ -75,3 +75,6 @@ func waitLockOpen(exclusive bool, timeout time.Duration) func(string, int, os.Fi
 		}
 	}
 }
+
+// unlockFile releases the flock held on f (see Store.UnlockForExit).
+func unlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

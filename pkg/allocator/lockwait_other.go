@@ -14,3 +14,5 @@ var errLockWait = errors.New("lock wait timed out")
 func waitLockOpen(bool, time.Duration) func(string, int, os.FileMode) (*os.File, error) {
 	return nil
 }
+
+func unlockFile(*os.File) error { return errors.ErrUnsupported }

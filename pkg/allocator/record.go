@@ -9,7 +9,12 @@ import (
 
 // SchemaVersion is the version of the record and store layout this code writes.
 // Readers refuse stores with a newer version rather than misreading them.
-const SchemaVersion = 1
+//
+//	1: JSON values.
+//	2: binary values (codec.go); schema 1 values are still read, and a store's
+//	   schema is raised to 2 by the first write transaction of a binary that
+//	   writes binary values, so that a schema 1 binary refuses it cleanly.
+const SchemaVersion = 2
 
 // State is where an allocation stands in its chain's life.
 type State string
@@ -73,17 +78,25 @@ func (r *Record) PodRef() string {
 func (r *Record) Prefix() netip.Prefix { return netip.PrefixFrom(r.IP, r.PrefixLen) }
 
 func encodeRecord(r *Record) ([]byte, error) {
-	r.Version = SchemaVersion
-	return json.Marshal(r)
+	r.Version = binaryFormat
+	return appendRecord(r), nil
 }
 
+// decodeRecord reads a stored record in either form (binary, or schema 1's JSON).
 func decodeRecord(b []byte) (*Record, error) {
+	if !isJSON(b) {
+		r, err := readRecord(b)
+		if err != nil {
+			return nil, fmt.Errorf("undecodable record: %w", err)
+		}
+		return r, nil
+	}
 	r := &Record{}
 	if err := json.Unmarshal(b, r); err != nil {
 		return nil, fmt.Errorf("undecodable record: %w", err)
 	}
-	if r.Version > SchemaVersion {
-		return nil, fmt.Errorf("record schema v%d is newer than this binary's v%d", r.Version, SchemaVersion)
+	if r.Version > 1 {
+		return nil, fmt.Errorf("JSON record of schema v%d: only v1 records are JSON", r.Version)
 	}
 	return r, nil
 }

@@ -32,8 +32,12 @@ var (
 	keyRanges  = []byte("ranges")
 )
 
-// auditLimit bounds the audit log so a store never grows without bound.
-const auditLimit = 2048
+// auditLimit bounds the audit log so a store never grows without bound; the
+// oldest entries are dropped auditPrune at a time (see Tx.Audit).
+const (
+	auditLimit = 2048
+	auditPrune = 64
+)
 
 // ErrStoreUnreadable means the store file exists but cannot be trusted (empty,
 // truncated, garbage, or from a newer schema). ADD must not serve from it: the
@@ -49,6 +53,9 @@ var ErrLockTimeout = errors.New("timed out waiting for the store lock")
 type Store struct {
 	db   *bolt.DB
 	path string
+	// file is the file bbolt opened and locked (nil where Open leaves opening
+	// to bbolt).
+	file *os.File
 }
 
 // StorePath is where the store of a network lives under dir.
@@ -93,8 +100,17 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: o.ReadOnly,
-		OpenFile: waitLockOpen(!o.ReadOnly, timeout)})
+	var file *os.File
+	openFile := waitLockOpen(!o.ReadOnly, timeout)
+	if openFile != nil {
+		wait := openFile
+		openFile = func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			f, err := wait(name, flag, mode)
+			file = f
+			return f, err
+		}
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: o.ReadOnly, OpenFile: openFile})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) || errors.Is(err, errLockWait) {
 			return nil, fmt.Errorf("%w (%s) on %s", ErrLockTimeout, timeout, path)
@@ -104,11 +120,7 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, err)
 	}
-	s = &Store{db: db, path: path}
-	if err := checkLength(db, path); err != nil {
-		db.Close()
-		return nil, err
-	}
+	s = &Store{db: db, path: path, file: file}
 	if !o.ReadOnly {
 		if err := s.init(); err != nil {
 			db.Close()
@@ -159,6 +171,22 @@ func (s *Store) Path() string { return s.path }
 // Close releases the file lock.
 func (s *Store) Close() error { return s.db.Close() }
 
+// UnlockForExit releases the file lock of a process that is about to exit,
+// leaving the file mapped: the kernel tears the mapping down at exit, which
+// costs less than munmap while the Go runtime's other threads may hold it in
+// their TLBs (each munmap then interrupts every CPU they ran on). The plugin
+// calls it right after its one transaction committed, so that concurrent
+// calls waiting for the lock start at once. The Store must not be used after.
+func (s *Store) UnlockForExit() error {
+	if s.file == nil {
+		return s.Close()
+	}
+	if err := unlockFile(s.file); !errors.Is(err, errors.ErrUnsupported) {
+		return err
+	}
+	return s.Close()
+}
+
 func (s *Store) init() (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err, s.path)
@@ -167,11 +195,16 @@ func (s *Store) init() (err error) {
 	// spares each call a write transaction (a commit: two fdatasyncs).
 	ready := false
 	if err := s.db.View(func(btx *bolt.Tx) error {
+		if err := checkLength(btx, s.file, s.path); err != nil {
+			return err
+		}
 		meta := btx.Bucket(bucketMeta)
 		if meta == nil {
 			return nil
 		}
-		if v := meta.Get(keySchema); v == nil {
+		if v := meta.Get(keySchema); len(v) == 1 && int(v[0]) < SchemaVersion {
+			return nil // raised below
+		} else if v == nil {
 			return nil
 		} else if len(v) != 1 || int(v[0]) > SchemaVersion {
 			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
@@ -203,17 +236,22 @@ func (s *Store) init() (err error) {
 			}
 		}
 		meta := btx.Bucket(bucketMeta)
-		if v := meta.Get(keySchema); v == nil {
-			return meta.Put(keySchema, []byte{SchemaVersion})
-		} else if len(v) != 1 || int(v[0]) > SchemaVersion {
+		if v := meta.Get(keySchema); len(v) > 1 || len(v) == 1 && int(v[0]) > SchemaVersion {
 			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
+		} else if len(v) == 1 && int(v[0]) == SchemaVersion {
+			return nil
 		}
-		return nil
+		// New, or schema 1 (JSON values, which stay readable): from now on
+		// binary values may be written, which a schema 1 binary cannot read.
+		return meta.Put(keySchema, []byte{SchemaVersion})
 	})
 }
 
 func (s *Store) checkSchema() error {
 	return s.View(func(tx *Tx) error {
+		if err := checkLength(tx.btx, s.file, s.path); err != nil {
+			return err
+		}
 		if tx.meta == nil || tx.allocs == nil || tx.taken == nil || tx.owners == nil {
 			return fmt.Errorf("%w: %s lacks its buckets", ErrStoreUnreadable, s.path)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -474,11 +475,20 @@ func TestOwnersIndexRandom(t *testing.T) {
 func TestRecordFromNewerSchemaIsRefused(t *testing.T) {
 	s := newStore(t)
 	update(t, s, func(tx *Tx) error {
-		return tx.allocs.Put(addrKey(netip.MustParseAddr("10.0.0.2")), []byte(`{"v":2,"ip":"10.0.0.2","containerID":"c1"}`))
+		if err := tx.allocs.Put(addrKey(netip.MustParseAddr("10.0.0.2")), []byte(`{"v":2,"ip":"10.0.0.2","containerID":"c1"}`)); err != nil {
+			return err
+		}
+		// A binary value whose format byte is newer than this binary's.
+		newer := appendRecord(&Record{IP: netip.MustParseAddr("10.0.0.3"), ContainerID: "c2"})
+		newer[0] = binaryFormat + 1
+		return tx.allocs.Put(addrKey(netip.MustParseAddr("10.0.0.3")), newer)
 	})
 	view(t, s, func(tx *Tx) error {
 		if r, err := tx.Get(netip.MustParseAddr("10.0.0.2")); err == nil {
-			t.Errorf("Get decoded a v2 record: %+v", r)
+			t.Errorf("Get decoded a JSON record claiming v2: %+v", r)
+		}
+		if r, err := tx.Get(netip.MustParseAddr("10.0.0.3")); err == nil || !strings.Contains(err.Error(), "newer") {
+			t.Errorf("Get of a record in a newer binary format = %+v, %v; want an error saying it is newer", r, err)
 		}
 		if err := tx.ForEach(func(*Record) error { return nil }); err == nil {
 			t.Error("ForEach accepted a v2 record")
@@ -489,7 +499,7 @@ func TestRecordFromNewerSchemaIsRefused(t *testing.T) {
 
 func TestAuditLogBoundedAndOrdered(t *testing.T) {
 	s := newStore(t)
-	const extra = 37
+	const extra = 3*auditPrune + 37
 	t0 := time.Unix(1700000000, 0).UTC()
 	// Many transactions, several events each, as DELs would write them.
 	for i := 0; i < auditLimit+extra; {
@@ -504,18 +514,20 @@ func TestAuditLogBoundedAndOrdered(t *testing.T) {
 		})
 	}
 	view(t, s, func(tx *Tx) error {
-		if n := tx.audit.Stats().KeyN; n != auditLimit {
-			t.Errorf("audit bucket holds %d entries, want the limit %d", n, auditLimit)
+		n := tx.audit.Stats().KeyN
+		if n < auditLimit || n >= auditLimit+auditPrune {
+			t.Errorf("audit bucket holds %d entries, want %d to %d", n, auditLimit, auditLimit+auditPrune-1)
 		}
 		all, err := tx.AuditLog(1 << 20)
 		if err != nil {
 			return err
 		}
-		if len(all) != auditLimit {
-			t.Fatalf("AuditLog returned %d events, want %d", len(all), auditLimit)
+		if len(all) != n {
+			t.Fatalf("AuditLog returned %d events, the bucket holds %d", len(all), n)
 		}
-		if all[0].ContainerID != fmt.Sprint("c", extra) || all[len(all)-1].ContainerID != fmt.Sprint("c", auditLimit+extra-1) {
-			t.Errorf("AuditLog spans %s..%s, want c%d..c%d", all[0].ContainerID, all[len(all)-1].ContainerID, extra, auditLimit+extra-1)
+		total := auditLimit + extra
+		if all[0].ContainerID != fmt.Sprint("c", total-n) || all[len(all)-1].ContainerID != fmt.Sprint("c", total-1) {
+			t.Errorf("AuditLog spans %s..%s, want the newest: c%d..c%d", all[0].ContainerID, all[len(all)-1].ContainerID, total-n, total-1)
 		}
 		for i := 1; i < len(all); i++ {
 			if !all[i-1].Time.Before(all[i].Time) {
@@ -530,8 +542,7 @@ func TestAuditLogBoundedAndOrdered(t *testing.T) {
 		for _, ev := range last3 {
 			got = append(got, ev.ContainerID)
 		}
-		n := auditLimit + extra
-		eq(t, "AuditLog(3)", got, []string{fmt.Sprint("c", n-3), fmt.Sprint("c", n-2), fmt.Sprint("c", n-1)})
+		eq(t, "AuditLog(3)", got, []string{fmt.Sprint("c", total-3), fmt.Sprint("c", total-2), fmt.Sprint("c", total-1)})
 		return nil
 	})
 }

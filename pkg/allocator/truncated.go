@@ -13,15 +13,23 @@ import (
 // was cut afterwards (a partial copy, a broken disk or filesystem). Even when
 // every page in use happens to survive, it is damaged evidence, and serving
 // from it would rewrite it: ADD and DEL would silently carry on.
-func checkLength(db *bolt.DB, path string) error {
-	fi, err := os.Stat(path)
+//
+// It runs inside the first transaction of an open (which holds the file lock,
+// so no writer grows the file meanwhile) on the file bbolt opened, or on path
+// where that file is not known.
+func checkLength(tx *bolt.Tx, f *os.File, path string) error {
+	var fi os.FileInfo
+	var err error
+	if f != nil {
+		fi, err = f.Stat()
+	} else {
+		fi, err = os.Stat(path)
+	}
 	if err != nil {
 		return err
 	}
-	return db.View(func(tx *bolt.Tx) error {
-		if hwm := tx.Size(); fi.Size() < hwm {
-			return fmt.Errorf("%w: %s is truncated: %d bytes, but its meta page accounts for %d", ErrStoreUnreadable, path, fi.Size(), hwm)
-		}
-		return nil
-	})
+	if hwm := tx.Size(); fi.Size() < hwm {
+		return fmt.Errorf("%w: %s is truncated: %d bytes, but its meta page accounts for %d", ErrStoreUnreadable, path, fi.Size(), hwm)
+	}
+	return nil
 }

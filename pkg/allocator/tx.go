@@ -205,7 +205,13 @@ func (tx *Tx) RangeSets() ([]StoredRangeSet, error) {
 		return nil, nil
 	}
 	var out []StoredRangeSet
-	if err := json.Unmarshal(v, &out); err != nil {
+	var err error
+	if isJSON(v) {
+		err = json.Unmarshal(v, &out)
+	} else {
+		out, err = readRangeSets(v)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("stored range sets: %w", err)
 	}
 	return out, nil
@@ -214,10 +220,7 @@ func (tx *Tx) RangeSets() ([]StoredRangeSet, error) {
 // SetRangeSets records the configured range sets; a no-op write is skipped so
 // the common ADD does not rewrite the meta page for nothing.
 func (tx *Tx) SetRangeSets(sets []StoredRangeSet) error {
-	v, err := json.Marshal(sets)
-	if err != nil {
-		return err
-	}
+	v := appendRangeSets(sets)
 	if bytes.Equal(tx.meta.Get(keyRanges), v) {
 		return nil
 	}
@@ -259,22 +262,31 @@ func (tx *Tx) Exhaustions() (map[int]Exhaustion, error) {
 	return out, err
 }
 
-// Audit appends ev to the bounded audit log, dropping the oldest entries.
+// Audit appends ev to the bounded audit log. The oldest entries are dropped
+// auditPrune at a time, so the log holds between auditLimit and
+// auditLimit+auditPrune-1 entries and most appends touch only the log's end.
 func (tx *Tx) Audit(ev AuditEvent) error {
 	seq, err := tx.audit.NextSequence()
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(ev)
-	if err != nil {
+	if err := tx.audit.Put(binary.BigEndian.AppendUint64(nil, seq), appendAudit(&ev)); err != nil {
 		return err
 	}
-	if err := tx.audit.Put(binary.BigEndian.AppendUint64(nil, seq), v); err != nil {
-		return err
+	if seq%auditPrune != 0 || seq <= auditLimit {
+		return nil
 	}
-	if seq > auditLimit {
-		// Entries are dense, so the one falling out of the window is seq-limit.
-		return tx.audit.Delete(binary.BigEndian.AppendUint64(nil, seq-auditLimit))
+	// Entries are dense: everything up to seq-auditLimit falls out of the window.
+	cutoff := binary.BigEndian.AppendUint64(nil, seq-auditLimit)
+	var old [][]byte
+	c := tx.audit.Cursor()
+	for k, _ := c.First(); k != nil && bytes.Compare(k, cutoff) <= 0; k, _ = c.Next() {
+		old = append(old, bytes.Clone(k))
+	}
+	for _, k := range old {
+		if err := tx.audit.Delete(k); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -285,7 +297,13 @@ func (tx *Tx) AuditLog(limit int) ([]AuditEvent, error) {
 	c := tx.audit.Cursor()
 	for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
 		var ev AuditEvent
-		if err := json.Unmarshal(v, &ev); err != nil {
+		var err error
+		if isJSON(v) {
+			err = json.Unmarshal(v, &ev)
+		} else {
+			ev, err = readAudit(v)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("audit entry: %w", err)
 		}
 		out = append(out, ev)
