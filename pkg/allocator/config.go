@@ -106,9 +106,12 @@ func (p *pluginConfJSON) views() (ownConf, *netConfJSON) {
 // LoadConfig parses a plugin invocation's config. Every error is a *types.Error
 // whose code says what kind of input was wrong and whose message names the field.
 func LoadConfig(stdin []byte, cniArgs string) (*Config, error) {
-	var p pluginConfJSON
-	if err := json.Unmarshal(stdin, &p); err != nil {
-		return loadConfigSeparately(stdin, cniArgs)
+	p, ok := decodeConfigFast(stdin)
+	if !ok {
+		p = &pluginConfJSON{}
+		if err := json.Unmarshal(stdin, p); err != nil {
+			return loadConfigSeparately(stdin, cniArgs)
+		}
 	}
 	own, n := p.views()
 	return buildConfig(stdin, cniArgs, own, func() (*IPAM, []StoredRangeSet, string, error) {

@@ -50,8 +50,13 @@ import (
 //     part exactly: JSON path (with that one segment dropped), offending JSON
 //     kind, byte offset, and the JSON kind expected; and the user-visible text
 //     decodeError makes of each must be identical.
-func TestLoadIPAMMatchesHostLocal(t *testing.T) {
-	type input struct{ name, conf, cniArgs string }
+// corpusInput is one config of the loader corpus with its CNI_ARGS.
+type corpusInput struct{ name, conf, cniArgs string }
+
+// loaderCorpus is every config the loader tests run: LoadConfig's own accept
+// and reject cases, the hand-written corner cases, and a generated corpus.
+func loaderCorpus() []corpusInput {
+	type input = corpusInput
 	var corpus []input
 	for _, c := range acceptCases {
 		corpus = append(corpus, input{"accept/" + c.name, c.conf, c.cniArgs})
@@ -76,7 +81,11 @@ func TestLoadIPAMMatchesHostLocal(t *testing.T) {
 		conf, args := g.config()
 		corpus = append(corpus, input{fmt.Sprintf("generated/%d", i), conf, args})
 	}
+	return corpus
+}
 
+func TestLoadIPAMMatchesHostLocal(t *testing.T) {
+	corpus := loaderCorpus()
 	outcomes := map[string]int{}
 	for _, in := range corpus {
 		outcome := compareLoaders(t, in.name, []byte(in.conf), in.cniArgs)
@@ -110,7 +119,7 @@ func TestLoadIPAMMatchesHostLocal(t *testing.T) {
 			t.Errorf("no config in the corpus reaches %q", want)
 		}
 	}
-	if outcomes["accepted"] < generated/5 {
+	if outcomes["accepted"] < len(corpus)/5 {
 		t.Errorf("only %d configs accepted; the generator rejects too much to test canonicalization", outcomes["accepted"])
 	}
 }

@@ -1,0 +1,348 @@
+package allocator
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// decodeConfigFast decodes the common shape of a plugin config into the same
+// pluginConfJSON that json.Unmarshal would produce, by walking encoding/json's
+// tokens instead of reflecting over the structs. The plugin is exec'd for every
+// pod start and stop; a cold json.Unmarshal into struct types spends ~0.15 ms
+// building its per-type caches in every process, the token walk a fraction.
+//
+// It only takes the paths on which its result is identical to json.Unmarshal's:
+// every field holds the JSON kind its Go type expects, no key appears twice in
+// an object, no key differs from a field's name only in case, and every address
+// parses. On anything else it returns false and the caller decodes with
+// json.Unmarshal, which also words the errors. TestDecodeConfigFastMatchesUnmarshal
+// runs both on the loader's whole test corpus.
+func decodeConfigFast(stdin []byte) (*pluginConfJSON, bool) {
+	r := &tokens{d: json.NewDecoder(bytes.NewReader(stdin)), ok: true}
+	p := &pluginConfJSON{}
+	r.object(topFields, func(key string) {
+		switch key {
+		case "name":
+			p.Name = r.str()
+		case "cniVersion":
+			p.CNIVersion = r.str()
+		case "type":
+			p.Type = r.str()
+		case "dataDir":
+			p.DataDir = r.str()
+		case "ipam":
+			p.IPAM = r.ipam()
+		case "prevResult":
+			p.PrevResult = r.generic(true).(map[string]any)
+		case "cni.dev/valid-attachments":
+			p.Valid = r.attachments()
+		case "cni.dev/attachments":
+			p.ValidAltSpell = r.attachments()
+		case "runtimeConfig":
+			r.object([]string{"ipRanges", "ips"}, func(key string) {
+				if key == "ipRanges" {
+					p.RuntimeConfig.IPRanges = r.rangeSets()
+				} else {
+					p.RuntimeConfig.IPs = r.addrs()
+				}
+			})
+		case "args":
+			p.Args = &argsJSON{}
+			r.object([]string{"cni"}, func(string) {
+				p.Args.CNI = &struct {
+					IPs []*addrArg `json:"ips"`
+				}{}
+				r.object([]string{"ips"}, func(string) { p.Args.CNI.IPs = r.addrs() })
+			})
+		}
+	})
+	if !r.ok {
+		return nil, false
+	}
+	// json.Unmarshal refuses anything but white space after the value.
+	rest := stdin[r.d.InputOffset():]
+	if len(bytes.Trim(rest, " \t\r\n")) != 0 {
+		return nil, false
+	}
+	return p, true
+}
+
+// The JSON names of the fields each object type decodes (their Go types' tags).
+var (
+	topFields = []string{"name", "cniVersion", "type", "dataDir", "ipam", "prevResult",
+		"cni.dev/valid-attachments", "cni.dev/attachments", "runtimeConfig", "args"}
+	ipamFields = []string{"subnet", "rangeStart", "rangeEnd", "gateway", "Name", "type", "routes",
+		"dataDir", "resolvConf", "ranges", "lockTimeout", "failStatusOnExhaustion"}
+	rangeFields      = []string{"rangeStart", "rangeEnd", "subnet", "gateway"}
+	routeFields      = []string{"dst", "gw", "mtu", "advmss", "priority", "table", "scope"}
+	attachmentFields = []string{"containerID", "ifname"}
+)
+
+// tokens reads a JSON document token by token; ok turns false, for good, at
+// the first token that is not what the fast path handles.
+type tokens struct {
+	d  *json.Decoder
+	ok bool
+}
+
+func (r *tokens) next() json.Token {
+	if !r.ok {
+		return nil
+	}
+	t, err := r.d.Token()
+	if err != nil {
+		r.ok = false
+		return nil
+	}
+	return t
+}
+
+// delim consumes the delimiter want, or fails.
+func (r *tokens) delim(want json.Delim) {
+	if d, isDelim := r.next().(json.Delim); !isDelim || d != want {
+		r.ok = false
+	}
+}
+
+// object reads an object, calling value for each key in fields (exactly as
+// spelt) to read its value. Other keys' values are skipped, as json.Unmarshal
+// ignores unknown keys; a key equal to a field name but for case, or a key seen
+// twice, ends the fast path (json.Unmarshal would match or merge them).
+func (r *tokens) object(fields []string, value func(key string)) {
+	r.delim('{')
+	var seen []string
+	for r.ok && r.d.More() {
+		key, isStr := r.next().(string)
+		if !isStr || slices.Contains(seen, key) {
+			r.ok = false
+			return
+		}
+		seen = append(seen, key)
+		switch {
+		case slices.Contains(fields, key):
+			value(key)
+		case slices.ContainsFunc(fields, func(f string) bool { return strings.EqualFold(f, key) }):
+			r.ok = false
+		default:
+			r.skip()
+		}
+	}
+	r.delim('}')
+}
+
+// array reads an array, calling elem for each element.
+func (r *tokens) array(elem func()) {
+	r.delim('[')
+	for r.ok && r.d.More() {
+		elem()
+	}
+	r.delim(']')
+}
+
+// skip reads one value of any kind.
+func (r *tokens) skip() {
+	depth := 0
+	for r.ok {
+		switch t := r.next().(type) {
+		case json.Delim:
+			if t == '{' || t == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+		if depth == 0 {
+			return
+		}
+	}
+}
+
+func (r *tokens) str() string {
+	s, isStr := r.next().(string)
+	if !isStr {
+		r.ok = false
+	}
+	return s
+}
+
+func (r *tokens) boolean() *bool {
+	b, isBool := r.next().(bool)
+	if !isBool {
+		r.ok = false
+	}
+	return &b
+}
+
+// ip is net.IP's UnmarshalText: "" is no address.
+func (r *tokens) ip() net.IP {
+	s := r.str()
+	if s == "" {
+		return nil
+	}
+	ip := net.ParseIP(s)
+	if ip == nil {
+		r.ok = false
+	}
+	return ip
+}
+
+// ipnet is types.IPNet's UnmarshalJSON.
+func (r *tokens) ipnet() types.IPNet {
+	n, err := types.ParseCIDR(r.str())
+	if err != nil || !r.ok {
+		r.ok = false
+		return types.IPNet{}
+	}
+	return types.IPNet(*n)
+}
+
+func (r *tokens) ipam() *pluginIPAMJSON {
+	c := &pluginIPAMJSON{}
+	r.object(ipamFields, func(key string) {
+		switch key {
+		case "subnet":
+			c.Subnet = r.ipnet()
+		case "rangeStart":
+			c.RangeStart = r.ip()
+		case "rangeEnd":
+			c.RangeEnd = r.ip()
+		case "gateway":
+			c.Gateway = r.ip()
+		case "Name":
+			c.Name = r.str()
+		case "type":
+			c.Type = r.str()
+		case "routes":
+			c.Routes = r.routes()
+		case "dataDir":
+			c.DataDir = r.str()
+		case "resolvConf":
+			c.ResolvConf = r.str()
+		case "ranges":
+			c.Ranges = r.rangeSets()
+		case "lockTimeout":
+			c.LockTimeout = r.str()
+		case "failStatusOnExhaustion":
+			c.FailStatusOnExhaustion = r.boolean()
+		}
+	})
+	return c
+}
+
+// routes reads routes with a destination and optionally a gateway; the rarer
+// route fields (mtu, table, ...) are left to json.Unmarshal.
+func (r *tokens) routes() []*types.Route {
+	out := []*types.Route{}
+	r.array(func() {
+		rt := &types.Route{}
+		r.object(routeFields, func(key string) {
+			switch key {
+			case "dst":
+				rt.Dst = net.IPNet(r.ipnet())
+			case "gw":
+				rt.GW = r.ip()
+			default:
+				r.ok = false
+			}
+		})
+		out = append(out, rt)
+	})
+	return out
+}
+
+func (r *tokens) rangeSets() []rangeSetJSON {
+	out := []rangeSetJSON{}
+	r.array(func() {
+		set := rangeSetJSON{}
+		r.array(func() {
+			var rg rangeJSON
+			r.object(rangeFields, func(key string) {
+				switch key {
+				case "rangeStart":
+					rg.RangeStart = r.ip()
+				case "rangeEnd":
+					rg.RangeEnd = r.ip()
+				case "subnet":
+					rg.Subnet = r.ipnet()
+				case "gateway":
+					rg.Gateway = r.ip()
+				}
+			})
+			set = append(set, rg)
+		})
+		out = append(out, set)
+	})
+	return out
+}
+
+// addrs reads requested addresses (addrArg's UnmarshalText); a null entry is
+// left to json.Unmarshal.
+func (r *tokens) addrs() []*addrArg {
+	out := []*addrArg{}
+	r.array(func() {
+		a := &addrArg{}
+		if err := a.UnmarshalText([]byte(r.str())); err != nil {
+			r.ok = false
+		}
+		out = append(out, a)
+	})
+	return out
+}
+
+func (r *tokens) attachments() []Attachment {
+	out := []Attachment{}
+	r.array(func() {
+		var a Attachment
+		r.object(attachmentFields, func(key string) {
+			if key == "containerID" {
+				a.ContainerID = r.str()
+			} else {
+				a.IfName = r.str()
+			}
+		})
+		out = append(out, a)
+	})
+	return out
+}
+
+// generic reads a value as json.Unmarshal does into an interface value: maps,
+// slices, strings, float64 numbers, bools and nil. With wantObject, anything
+// but an object ends the fast path.
+func (r *tokens) generic(wantObject bool) any {
+	t := r.next()
+	if !r.ok {
+		return map[string]any(nil)
+	}
+	d, isDelim := t.(json.Delim)
+	if wantObject && (!isDelim || d != '{') {
+		r.ok = false
+		return map[string]any(nil)
+	}
+	if !isDelim {
+		return t // string, float64, bool or nil
+	}
+	if d == '[' {
+		out := []any{}
+		for r.ok && r.d.More() {
+			out = append(out, r.generic(false))
+		}
+		r.delim(']')
+		return out
+	}
+	out := map[string]any{}
+	for r.ok && r.d.More() {
+		key, isStr := r.next().(string)
+		if !isStr {
+			r.ok = false
+			break
+		}
+		out[key] = r.generic(false) // a repeated key: the last wins, as in json.Unmarshal
+	}
+	r.delim('}')
+	return out
+}
