@@ -50,6 +50,7 @@ import (
 //     part exactly: JSON path (with that one segment dropped), offending JSON
 //     kind, byte offset, and the JSON kind expected; and the user-visible text
 //     decodeError makes of each must be identical.
+//
 // corpusInput is one config of the loader corpus with its CNI_ARGS.
 type corpusInput struct{ name, conf, cniArgs string }
 
