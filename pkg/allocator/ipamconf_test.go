@@ -19,38 +19,6 @@ import (
 	hl "github.com/containernetworking/plugins/plugins/ipam/host-local/backend/allocator"
 )
 
-// TestLoadIPAMMatchesHostLocal is the oracle test for loadIPAM: for every
-// config in the corpus (LoadConfig's own accept and reject cases, hand-written
-// corners, and a few thousand generated configs), it runs host-local's
-// allocator.LoadIPAMConfig and loadIPAM on the same stdin and CNI_ARGS and
-// requires:
-//
-//   - both accept or both refuse;
-//   - on accept: the same canonical range sets (subnet, rangeStart, rangeEnd,
-//     gateway, in order), routes, resolvConf, requested IPs (in order, which
-//     is stricter than as a set) and cniVersion;
-//   - on refusal: the same error text.
-//
-// It also runs LoadConfig (when the hostlease-only fields are valid) and
-// requires that its *types.Error message ends with host-local's message, i.e.
-// differs only by the field-path prefix hostlease adds. (LoadConfig reports a
-// malformed CNI_ARGS ahead of any other error; that is hostlease's own
-// precedence, checked as such.)
-//
-// Documented differences, each checked exactly rather than skipped:
-//
-//  1. A null entry in args.cni.ips or runtimeConfig.ips makes host-local's
-//     loader panic (nil *ip.IP). loadIPAM must refuse with errNullIP: a plugin
-//     that crashes on DEL is retried forever.
-//  2. For a JSON value of the wrong type, both return *json.UnmarshalTypeError;
-//     its raw text names the decoder's Go types (host-local's
-//     "IPAMArgs.args.cni.ips of type []*ip.IP" vs hostlease's own type names),
-//     and host-local's JSON path includes its embedded Go struct
-//     ("ipam.Range.subnet" for "ipam.subnet"). The test compares every other
-//     part exactly: JSON path (with that one segment dropped), offending JSON
-//     kind, byte offset, and the JSON kind expected; and the user-visible text
-//     decodeError makes of each must be identical.
-//
 // corpusInput is one config of the loader corpus with its CNI_ARGS.
 type corpusInput struct{ name, conf, cniArgs string }
 
@@ -85,6 +53,37 @@ func loaderCorpus() []corpusInput {
 	return corpus
 }
 
+// TestLoadIPAMMatchesHostLocal is the oracle test for loadIPAM: for every
+// config in the corpus (LoadConfig's own accept and reject cases, hand-written
+// corners, and a few thousand generated configs), it runs host-local's
+// allocator.LoadIPAMConfig and loadIPAM on the same stdin and CNI_ARGS and
+// requires:
+//
+//   - both accept or both refuse;
+//   - on accept: the same canonical range sets (subnet, rangeStart, rangeEnd,
+//     gateway, in order), routes, resolvConf, requested IPs (in order, which
+//     is stricter than as a set) and cniVersion;
+//   - on refusal: the same error text.
+//
+// It also runs LoadConfig (when the hostlease-only fields are valid) and
+// requires that its *types.Error message ends with host-local's message, i.e.
+// differs only by the field-path prefix hostlease adds. (LoadConfig reports a
+// malformed CNI_ARGS ahead of any other error; that is hostlease's own
+// precedence, checked as such.)
+//
+// Documented differences, each checked exactly rather than skipped:
+//
+//  1. A null entry in args.cni.ips or runtimeConfig.ips makes host-local's
+//     loader panic (nil *ip.IP). loadIPAM must refuse with errNullIP: a plugin
+//     that crashes on DEL is retried forever.
+//  2. For a JSON value of the wrong type, both return *json.UnmarshalTypeError;
+//     its raw text names the decoder's Go types (host-local's
+//     "IPAMArgs.args.cni.ips of type []*ip.IP" vs hostlease's own type names),
+//     and host-local's JSON path includes its embedded Go struct
+//     ("ipam.Range.subnet" for "ipam.subnet"). The test compares every other
+//     part exactly: JSON path (with that one segment dropped), offending JSON
+//     kind, byte offset, and the JSON kind expected; and the user-visible text
+//     decodeError makes of each must be identical.
 func TestLoadIPAMMatchesHostLocal(t *testing.T) {
 	corpus := loaderCorpus()
 	outcomes := map[string]int{}
