@@ -144,9 +144,16 @@ func TestSchema1StoreUpgrades(t *testing.T) {
 	legacySets, _ := json.Marshal(sets)
 	legacyEv, _ := json.Marshal(AuditEvent{Time: time.Unix(1700000000, 0).UTC(), Action: "release", ContainerID: "gone"})
 	if err := s.db.Update(func(btx *bolt.Tx) error {
+		// Schema 1 indexed reserved addresses as keys of a "taken" bucket.
+		if err := btx.DeleteBucket(bucketTaken); err != nil {
+			return err
+		}
+		if _, err := btx.CreateBucket(bucketTakenKeys); err != nil {
+			return err
+		}
 		key := addrKey(old.IP)
 		for _, kv := range [][3][]byte{
-			{bucketAllocs, key, legacy}, {bucketTaken, key, takenMark},
+			{bucketAllocs, key, legacy}, {bucketTakenKeys, key, {1}},
 			{bucketOwners, append(ownerPrefix(old.ContainerID, old.IfName), key...), nil},
 			{bucketMeta, keyRanges, legacySets}, {bucketMeta, keySchema, {1}},
 			{bucketAudit, []byte{0, 0, 0, 0, 0, 0, 0, 1}, legacyEv},
@@ -161,7 +168,27 @@ func TestSchema1StoreUpgrades(t *testing.T) {
 	}
 	s.Close()
 
-	s, err := Open(s.Path(), OpenOptions{})
+	// Readers (the daemon, the CLI) open it read-only before any plugin call
+	// has upgraded it: everything reads, from the records' keys.
+	ro, err := Open(s.Path(), OpenOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only open of a schema 1 store: %v", err)
+	}
+	view(t, ro, func(tx *Tx) error {
+		if !tx.Taken(old.IP) || tx.Count() != 1 {
+			t.Errorf("schema 1, read-only: Taken %v Count %d, want true 1", tx.Taken(old.IP), tx.Count())
+		}
+		if u := Usage(tx, sets); len(u) != 1 || u[0].Used != 1 {
+			t.Errorf("schema 1, read-only: Usage %+v, want 1 used", u)
+		}
+		if full := FullRangeSets(tx, sets); len(full) != 0 {
+			t.Errorf("schema 1, read-only: FullRangeSets %v", full)
+		}
+		return nil
+	})
+	ro.Close()
+
+	s, err = Open(s.Path(), OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +196,10 @@ func TestSchema1StoreUpgrades(t *testing.T) {
 	view(t, s, func(tx *Tx) error {
 		if v := tx.meta.Get(keySchema); len(v) != 1 || v[0] != SchemaVersion {
 			t.Errorf("schema after a read-write open: %v, want %d", v, SchemaVersion)
+		}
+		if tx.btx.Bucket(bucketTakenKeys) != nil || !tx.Taken(old.IP) || tx.Count() != 1 {
+			t.Errorf("schema 1's taken keys not replaced by the bitmap: old bucket kept %v, Taken %v, Count %d",
+				tx.btx.Bucket(bucketTakenKeys) != nil, tx.Taken(old.IP), tx.Count())
 		}
 		recs, err := tx.ByOwner(old.ContainerID, old.IfName)
 		if err != nil || len(recs) != 1 {

@@ -214,8 +214,9 @@ func Release(tx *Tx, containerID, ifname, reason, by string, now time.Time) ([]*
 	return recs, nil
 }
 
+// releaseRecord deletes r, a record read in this transaction, and audits it.
 func releaseRecord(tx *Tx, r *Record, action, reason, by string, now time.Time) error {
-	if _, err := tx.Delete(r.IP); err != nil {
+	if err := tx.deleteRead(r); err != nil {
 		return err
 	}
 	return tx.Audit(AuditEvent{

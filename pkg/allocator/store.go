@@ -14,15 +14,19 @@ import (
 // Bucket layout of a store (one bbolt file per network):
 //
 //	meta        schema version, network name, range sets, last reserved per range set
-//	allocs      addrKey(ip) -> JSON Record          (the source of truth)
-//	taken       addrKey(ip) -> 0x01                    (keys only: what the address choice walks)
+//	allocs      addrKey(ip) -> Record                  (the source of truth; codec.go)
+//	takenbits   block key -> bitmap of reserved addresses (what the address choice reads; bitmap.go)
 //	owners      containerID \0 ifname \0 addrKey -> nil   (index for ADD/DEL/CHECK)
 //	exhaustion  range set index -> JSON Exhaustion
-//	audit       big-endian sequence -> JSON AuditEvent (bounded to auditLimit)
+//	audit       big-endian sequence -> AuditEvent (bounded to auditLimit; codec.go)
+//
+// Schema 1 stores kept a keys-only "taken" bucket instead of takenbits; the
+// first read-write open replaces it.
 var (
 	bucketMeta       = []byte("meta")
 	bucketAllocs     = []byte("allocs")
-	bucketTaken      = []byte("taken")
+	bucketTaken      = []byte("takenbits")
+	bucketTakenKeys  = []byte("taken") // schema 1's index, replaced by takenbits
 	bucketOwners     = []byte("owners")
 	bucketExhaustion = []byte("exhaustion")
 	bucketAudit      = []byte("audit")
@@ -221,6 +225,11 @@ func (s *Store) init() (err error) {
 	}
 	return s.db.Update(func(btx *bolt.Tx) error {
 		backfill := btx.Bucket(bucketTaken) == nil && btx.Bucket(bucketAllocs) != nil
+		if btx.Bucket(bucketTakenKeys) != nil {
+			if err := btx.DeleteBucket(bucketTakenKeys); err != nil {
+				return err
+			}
+		}
 		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit} {
 			if btx.Bucket(b) == nil {
 				if _, err := btx.CreateBucket(b); err != nil {
@@ -229,9 +238,14 @@ func (s *Store) init() (err error) {
 			}
 		}
 		if backfill {
-			// A store written before the keys-only index existed.
-			taken := btx.Bucket(bucketTaken)
-			if err := btx.Bucket(bucketAllocs).ForEach(func(k, _ []byte) error { return taken.Put(k, nil) }); err != nil {
+			// A store written before the bitmap existed.
+			taken := takenBits{btx.Bucket(bucketTaken)}
+			if err := btx.Bucket(bucketAllocs).ForEach(func(k, _ []byte) error {
+				if ip, ok := keyAddr(k); ok {
+					return taken.set(ip, true)
+				}
+				return nil
+			}); err != nil {
 				return err
 			}
 		}
@@ -247,12 +261,19 @@ func (s *Store) init() (err error) {
 	})
 }
 
-func (s *Store) checkSchema() error {
-	return s.View(func(tx *Tx) error {
-		if err := checkLength(tx.btx, s.file, s.path); err != nil {
+func (s *Store) checkSchema() (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer recoverCorrupt(&err, s.path)
+	return s.db.View(func(btx *bolt.Tx) error {
+		// First the length: the bucket lookups below read pages that a
+		// truncated file no longer has.
+		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
 		}
-		if tx.meta == nil || tx.allocs == nil || tx.taken == nil || tx.owners == nil {
+		tx := wrapTx(btx)
+		// A schema 1 store has no taken bitmap until its first read-write
+		// open; reads use its records' keys instead (Tx.takenIter).
+		if tx.meta == nil || tx.allocs == nil || tx.owners == nil {
 			return fmt.Errorf("%w: %s lacks its buckets", ErrStoreUnreadable, s.path)
 		}
 		if v := tx.meta.Get(keySchema); len(v) != 1 || int(v[0]) > SchemaVersion {
@@ -276,9 +297,6 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 			// steps over reserved addresses to find a free one (1 000 of them
 			// at 99.9 % of a pool) reads about half as many pages.
 			tx.allocs.FillPercent = 0.9
-		}
-		if tx.taken != nil {
-			tx.taken.FillPercent = 0.9
 		}
 		return fn(tx)
 	})

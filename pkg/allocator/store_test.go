@@ -711,9 +711,9 @@ func TestMigrateOnceRunsOnce(t *testing.T) {
 	})
 }
 
-// TestTakenIndexFollowsRecords: the keys-only index the address choice walks
-// holds exactly the reserved addresses through puts, overwrites and deletes,
-// and a store written before the index existed gets it backfilled on open.
+// TestTakenIndexFollowsRecords: the bitmap the address choice reads holds
+// exactly the reserved addresses through puts, overwrites and deletes, and a
+// store written before it existed gets it backfilled on open.
 func TestTakenIndexFollowsRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "n.db")
 	s, err := Open(path, OpenOptions{Create: true})

@@ -57,12 +57,13 @@ func (tx *Tx) Get(ip netip.Addr) (*Record, error) {
 	return decodeRecord(v)
 }
 
-// takenMark is the value of every key in the taken index: bbolt's Get cannot
-// tell an empty value from a missing key, so the index stores one byte.
-var takenMark = []byte{1}
-
 // Taken reports whether ip is reserved, without decoding the record.
-func (tx *Tx) Taken(ip netip.Addr) bool { return tx.taken.Get(addrKey(ip)) != nil }
+func (tx *Tx) Taken(ip netip.Addr) bool {
+	if tx.taken == nil {
+		return tx.allocs.Get(addrKey(ip)) != nil // schema 1, read-only
+	}
+	return takenBits{tx.taken}.has(ip)
+}
 
 // Put writes r under r.IP and indexes it by owner and in the taken index. If a different owner held
 // the address before, its index entry is removed.
@@ -83,7 +84,7 @@ func (tx *Tx) Put(r *Record) error {
 	if err := tx.allocs.Put(key, v); err != nil {
 		return err
 	}
-	if err := tx.taken.Put(key, takenMark); err != nil {
+	if err := (takenBits{tx.taken}).set(r.IP, true); err != nil {
 		return err
 	}
 	return tx.owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), key...), nil)
@@ -106,13 +107,26 @@ func (tx *Tx) Delete(ip netip.Addr) (*Record, error) {
 	if err := tx.allocs.Delete(key); err != nil {
 		return nil, err
 	}
-	if err := tx.taken.Delete(key); err != nil {
+	if err := (takenBits{tx.taken}).set(ip, false); err != nil {
 		return nil, err
 	}
 	if derr != nil {
 		return &Record{IP: ip}, nil
 	}
 	return r, nil
+}
+
+// deleteRead removes r, read from this transaction (so its owner is the
+// stored one), without reading and decoding it again.
+func (tx *Tx) deleteRead(r *Record) error {
+	key := addrKey(r.IP)
+	if err := tx.owners.Delete(append(ownerPrefix(r.ContainerID, r.IfName), key...)); err != nil {
+		return err
+	}
+	if err := tx.allocs.Delete(key); err != nil {
+		return err
+	}
+	return takenBits{tx.taken}.set(r.IP, false)
 }
 
 // ByOwner returns the records held by (containerID, ifname), in address order.
@@ -148,14 +162,12 @@ func (tx *Tx) ForEach(fn func(*Record) error) error {
 	})
 }
 
-// Count is the number of reserved addresses (it walks the taken index).
+// Count is the number of reserved addresses (it counts the taken bitmap's bits).
 func (tx *Tx) Count() int {
-	n := 0
-	c := tx.taken.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		n++
+	if tx.taken == nil {
+		return tx.allocs.Stats().KeyN // schema 1, read-only
 	}
-	return n
+	return takenBits{tx.taken}.count()
 }
 
 // Network is the network name the store was first written for ("" if never).

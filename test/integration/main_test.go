@@ -241,17 +241,28 @@ func readStore(t testing.TB, path string) snapshot {
 		for cerr := range btx.Check() {
 			snap.PageErrors = append(snap.PageErrors, cerr)
 		}
-		taken := btx.Bucket([]byte("taken"))
+		// The taken index: per block of 4096 addresses (key: the block's
+		// first address as family byte + address bytes), a bitmap.
+		taken := btx.Bucket([]byte("takenbits"))
 		if taken == nil {
-			return errors.New("no taken bucket")
+			return errors.New("no takenbits bucket")
 		}
-		if err := taken.ForEach(func(k, _ []byte) error {
-			ip, ok := parseAddrKey(k)
-			if !ok {
-				snap.BadOwnerKeys = append(snap.BadOwnerKeys, append([]byte("taken:"), k...))
+		if err := taken.ForEach(func(k, v []byte) error {
+			base, ok := parseAddrKey(k)
+			if !ok || len(v) != 512 || base.As16()[15] != 0 || base.As16()[14]&0x0f != 0 {
+				snap.BadOwnerKeys = append(snap.BadOwnerKeys, append([]byte("takenbits:"), k...))
 				return nil
 			}
-			snap.Taken = append(snap.Taken, ip)
+			for i := range 4096 {
+				if v[i/8]&(1<<(i%8)) == 0 {
+					continue
+				}
+				ip := base
+				for range i {
+					ip = ip.Next()
+				}
+				snap.Taken = append(snap.Taken, ip)
+			}
 			return nil
 		}); err != nil {
 			return err
