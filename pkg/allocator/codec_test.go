@@ -151,10 +151,18 @@ func TestSchema1StoreUpgrades(t *testing.T) {
 		if _, err := btx.CreateBucket(bucketTakenKeys); err != nil {
 			return err
 		}
+		// ... and its owners by containerID \0 ifname \0 addrKey.
+		if err := btx.DeleteBucket(bucketOwners); err != nil {
+			return err
+		}
+		if _, err := btx.CreateBucket(bucketOwnerNames); err != nil {
+			return err
+		}
 		key := addrKey(old.IP)
+		ownerKey := append([]byte(old.ContainerID+"\x00"+old.IfName+"\x00"), key...)
 		for _, kv := range [][3][]byte{
 			{bucketAllocs, key, legacy}, {bucketTakenKeys, key, {1}},
-			{bucketOwners, append(ownerPrefix(old.ContainerID, old.IfName), key...), nil},
+			{bucketOwnerNames, ownerKey, nil},
 			{bucketMeta, keyRanges, legacySets}, {bucketMeta, keySchema, {1}},
 			{bucketAudit, []byte{0, 0, 0, 0, 0, 0, 0, 1}, legacyEv},
 		} {
@@ -184,6 +192,9 @@ func TestSchema1StoreUpgrades(t *testing.T) {
 		if full := FullRangeSets(tx, sets); len(full) != 0 {
 			t.Errorf("schema 1, read-only: FullRangeSets %v", full)
 		}
+		if recs, err := tx.ByOwner(old.ContainerID, old.IfName); err != nil || len(recs) != 1 {
+			t.Errorf("schema 1, read-only: ByOwner %v, %v", recs, err)
+		}
 		return nil
 	})
 	ro.Close()
@@ -197,6 +208,10 @@ func TestSchema1StoreUpgrades(t *testing.T) {
 		if v := tx.meta.Get(keySchema); len(v) != 1 || v[0] != SchemaVersion {
 			t.Errorf("schema after a read-write open: %v, want %d", v, SchemaVersion)
 		}
+		if tx.btx.Bucket(bucketOwnerNames) != nil {
+			t.Error("schema 1's owners bucket kept after the upgrade")
+		}
+		checkIndex(t, tx)
 		if tx.btx.Bucket(bucketTakenKeys) != nil || !tx.Taken(old.IP) || tx.Count() != 1 {
 			t.Errorf("schema 1's taken keys not replaced by the bitmap: old bucket kept %v, Taken %v, Count %d",
 				tx.btx.Bucket(bucketTakenKeys) != nil, tx.Taken(old.IP), tx.Count())

@@ -16,18 +16,20 @@ import (
 //	meta        schema version, network name, range sets, last reserved per range set
 //	allocs      addrKey(ip) -> Record                  (the source of truth; codec.go)
 //	takenbits   block key -> bitmap of reserved addresses (what the address choice reads; bitmap.go)
-//	owners      containerID \0 ifname \0 addrKey -> nil   (index for ADD/DEL/CHECK)
+//	ownerhash   ownerPrefix(containerID, ifname) + addrKey -> nil  (index for ADD/DEL/CHECK)
 //	exhaustion  range set index -> JSON Exhaustion
 //	audit       big-endian sequence -> AuditEvent (bounded to auditLimit; codec.go)
 //
-// Schema 1 stores kept a keys-only "taken" bucket instead of takenbits; the
-// first read-write open replaces it.
+// Schema 1 stores kept a keys-only "taken" bucket instead of takenbits and an
+// "owners" bucket keyed by the full containerID \0 ifname \0 addrKey instead
+// of ownerhash; the first read-write open replaces both.
 var (
 	bucketMeta       = []byte("meta")
 	bucketAllocs     = []byte("allocs")
 	bucketTaken      = []byte("takenbits")
 	bucketTakenKeys  = []byte("taken") // schema 1's index, replaced by takenbits
-	bucketOwners     = []byte("owners")
+	bucketOwners     = []byte("ownerhash")
+	bucketOwnerNames = []byte("owners") // schema 1's owners index, replaced by ownerhash
 	bucketExhaustion = []byte("exhaustion")
 	bucketAudit      = []byte("audit")
 
@@ -225,9 +227,12 @@ func (s *Store) init() (err error) {
 	}
 	return s.db.Update(func(btx *bolt.Tx) error {
 		backfill := btx.Bucket(bucketTaken) == nil && btx.Bucket(bucketAllocs) != nil
-		if btx.Bucket(bucketTakenKeys) != nil {
-			if err := btx.DeleteBucket(bucketTakenKeys); err != nil {
-				return err
+		backfillOwners := btx.Bucket(bucketOwners) == nil && btx.Bucket(bucketAllocs) != nil
+		for _, old := range [][]byte{bucketTakenKeys, bucketOwnerNames} {
+			if btx.Bucket(old) != nil {
+				if err := btx.DeleteBucket(old); err != nil {
+					return err
+				}
 			}
 		}
 		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit} {
@@ -243,6 +248,19 @@ func (s *Store) init() (err error) {
 			if err := btx.Bucket(bucketAllocs).ForEach(func(k, _ []byte) error {
 				if ip, ok := keyAddr(k); ok {
 					return taken.set(ip, true)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		if backfillOwners {
+			// A store written before ownerhash: index every record that decodes
+			// (one that does not is left to hostlease-gc, as everywhere).
+			owners := btx.Bucket(bucketOwners)
+			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
+				if r, err := decodeRecord(v); err == nil {
+					return owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), k...), nil)
 				}
 				return nil
 			}); err != nil {
@@ -271,9 +289,9 @@ func (s *Store) checkSchema() (err error) {
 			return err
 		}
 		tx := wrapTx(btx)
-		// A schema 1 store has no taken bitmap until its first read-write
-		// open; reads use its records' keys instead (Tx.takenIter).
-		if tx.meta == nil || tx.allocs == nil || tx.owners == nil {
+		// A schema 1 store has no taken bitmap nor ownerhash until its first
+		// read-write open; reads use its records instead (Tx.takenIter, ByOwner).
+		if tx.meta == nil || tx.allocs == nil {
 			return fmt.Errorf("%w: %s lacks its buckets", ErrStoreUnreadable, s.path)
 		}
 		if v := tx.meta.Get(keySchema); len(v) != 1 || int(v[0]) > SchemaVersion {

@@ -360,6 +360,43 @@ func checkIndex(t *testing.T, tx *Tx) {
 	}
 }
 
+// TestOwnersIndexCollisions: the owners index is keyed by a hash of the
+// owner; with every owner hashing alike, lookups, overwrites and deletes
+// still see each owner's records only.
+func TestOwnersIndexCollisions(t *testing.T) {
+	defer func(h func(string, string) uint64) { ownerHash = h }(ownerHash)
+	ownerHash = func(string, string) uint64 { return 42 }
+	s := newStore(t)
+	update(t, s, func(tx *Tx) error {
+		for _, r := range []*Record{rec("10.0.0.2", "c1", "eth0"), rec("10.0.0.3", "c2", "eth0"), rec("10.0.0.4", "c1", "net1"), rec("10.0.0.5", "c1", "eth0")} {
+			if err := tx.Put(r); err != nil {
+				return err
+			}
+		}
+		// 10.0.0.3 changes hands, 10.0.0.5 is released.
+		if err := tx.Put(rec("10.0.0.3", "c1", "eth0")); err != nil {
+			return err
+		}
+		if _, err := tx.Delete(netip.MustParseAddr("10.0.0.5")); err != nil {
+			return err
+		}
+		for _, tc := range []struct {
+			id, ifname string
+			want       []string
+		}{{"c1", "eth0", []string{"10.0.0.2", "10.0.0.3"}}, {"c2", "eth0", nil}, {"c1", "net1", []string{"10.0.0.4"}}, {"c3", "eth0", nil}} {
+			recs, err := tx.ByOwner(tc.id, tc.ifname)
+			if err != nil {
+				return err
+			}
+			if got := ips(recs); !slices.Equal(got, tc.want) {
+				t.Errorf("ByOwner(%s, %s) = %v, want %v", tc.id, tc.ifname, got, tc.want)
+			}
+		}
+		checkIndex(t, tx)
+		return nil
+	})
+}
+
 func TestOwnersIndex(t *testing.T) {
 	s := newStore(t)
 	update(t, s, func(tx *Tx) error {

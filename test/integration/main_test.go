@@ -11,9 +11,11 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -177,10 +179,19 @@ func podArgs(ns, name, uid, sandbox string) string {
 	return fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s", ns, name, sandbox, uid)
 }
 
-// ownerEntry is one key of the owners index: containerID \0 ifname \0 addrKey.
+// ownerEntry is one key of the owners index (bucket ownerhash): an 8-byte
+// big-endian FNV-1a hash of containerID \0 ifname, then the address key.
 type ownerEntry struct {
-	ContainerID, IfName string
-	IP                  netip.Addr
+	Hash uint64
+	IP   netip.Addr
+}
+
+// ownerHash is the store's owner hash, written out independently of the
+// allocator package: the index format is what is checked.
+func ownerHash(containerID, ifname string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(containerID + "\x00" + ifname))
+	return h.Sum64()
 }
 
 // snapshot is everything a test asserts about a store, read without a writer.
@@ -189,7 +200,7 @@ type snapshot struct {
 	// Owners is the raw owners index, read with bbolt directly: ByOwner
 	// hides an index entry whose record is gone, this does not.
 	Owners []ownerEntry
-	// Taken is the raw keys-only index the address choice walks.
+	// Taken is the raw taken bitmap the address choice reads, as addresses.
 	Taken []netip.Addr
 	// BadOwnerKeys are owners keys that do not parse.
 	BadOwnerKeys [][]byte
@@ -267,9 +278,9 @@ func readStore(t testing.TB, path string) snapshot {
 		}); err != nil {
 			return err
 		}
-		b := btx.Bucket([]byte("owners"))
+		b := btx.Bucket([]byte("ownerhash"))
 		if b == nil {
-			return errors.New("no owners bucket")
+			return errors.New("no ownerhash bucket")
 		}
 		return b.ForEach(func(k, _ []byte) error {
 			e, ok := parseOwnerKey(k)
@@ -288,19 +299,14 @@ func readStore(t testing.TB, path string) snapshot {
 }
 
 func parseOwnerKey(k []byte) (ownerEntry, bool) {
-	id, rest, ok := bytes.Cut(k, []byte{0})
+	if len(k) < 8 {
+		return ownerEntry{}, false
+	}
+	ip, ok := parseAddrKey(k[8:])
 	if !ok {
 		return ownerEntry{}, false
 	}
-	ifname, key, ok := bytes.Cut(rest, []byte{0})
-	if !ok {
-		return ownerEntry{}, false
-	}
-	ip, ok := parseAddrKey(key)
-	if !ok {
-		return ownerEntry{}, false
-	}
-	return ownerEntry{string(id), string(ifname), ip}, true
+	return ownerEntry{binary.BigEndian.Uint64(k), ip}, true
 }
 
 // parseAddrKey decodes the store's address key: a family byte, then the address.
@@ -351,13 +357,13 @@ func checkIntegrity(t testing.TB, snap snapshot) {
 	ownersOf := map[netip.Addr][]string{}
 	for _, e := range snap.Owners {
 		indexed[e] = true
-		ownersOf[e.IP] = append(ownersOf[e.IP], e.ContainerID+"/"+e.IfName)
+		ownersOf[e.IP] = append(ownersOf[e.IP], fmt.Sprintf("%016x", e.Hash))
 		r := byIP[e.IP]
 		switch {
 		case r == nil:
-			t.Errorf("owners index: %s/%s -> %s, but no record holds %s", e.ContainerID, e.IfName, e.IP, e.IP)
-		case r.ContainerID != e.ContainerID || r.IfName != e.IfName:
-			t.Errorf("owners index: %s/%s -> %s, but the record of %s is owned by %s/%s", e.ContainerID, e.IfName, e.IP, e.IP, r.ContainerID, r.IfName)
+			t.Errorf("owners index: %016x -> %s, but no record holds %s", e.Hash, e.IP, e.IP)
+		case ownerHash(r.ContainerID, r.IfName) != e.Hash:
+			t.Errorf("owners index: %016x -> %s, but the record of %s is owned by %s/%s", e.Hash, e.IP, e.IP, r.ContainerID, r.IfName)
 		}
 	}
 	for ip, owners := range ownersOf {
@@ -366,7 +372,7 @@ func checkIntegrity(t testing.TB, snap snapshot) {
 		}
 	}
 	for _, r := range snap.Records {
-		if !indexed[ownerEntry{r.ContainerID, r.IfName, r.IP}] {
+		if !indexed[ownerEntry{ownerHash(r.ContainerID, r.IfName), r.IP}] {
 			t.Errorf("record %s (owner %s/%s) has no owners index entry", r.IP, r.ContainerID, r.IfName)
 		}
 	}
