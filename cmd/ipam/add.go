@@ -53,7 +53,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 			return err
 		}
 		if n > 0 {
-			logger.Info("imported host-local reservations", "network", c.Network, "count", n)
+			logWith().Info("imported host-local reservations", "network", c.Network, "count", n)
 		}
 		recs, aerr = allocator.Allocate(tx, req)
 		if aerr != nil && aerr.Code == types.ErrIOFailure {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -22,11 +23,13 @@ func cmdDel(args *skel.CmdArgs) error {
 	if c.Marker {
 		return nil // the IPAM plugin's own DEL releases
 	}
-	log := logger.With("verb", "DEL", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
+	log := func() *slog.Logger {
+		return logWith("verb", "DEL", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
+	}
 	create := false
 	if !storeExists(c) {
 		if !hostLocalStateExists(c) {
-			log.Info("no store for this network: nothing to release")
+			log().Info("no store for this network: nothing to release")
 			return nil
 		}
 		create = true // first use after host-local: import, then release
@@ -34,7 +37,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	s, err := openStore(c, create, false)
 	if err != nil {
 		if errors.Is(err, allocator.ErrStoreUnreadable) {
-			log.Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
+			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
 		}
 		return storeError(c, err)
@@ -51,13 +54,13 @@ func cmdDel(args *skel.CmdArgs) error {
 	})
 	if err != nil {
 		if errors.Is(err, allocator.ErrStoreUnreadable) {
-			log.Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
+			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
 		}
 		return storeError(c, err)
 	}
 	if len(released) == 0 {
-		log.Info("no allocation for this attachment: nothing to release")
+		log().Info("no allocation for this attachment: nothing to release")
 	}
 	return nil
 }

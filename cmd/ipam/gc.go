@@ -43,7 +43,7 @@ func cmdGC(args *skel.CmdArgs) error {
 		return storeError(c, err)
 	}
 	for _, r := range gone {
-		logger.Info("GC released", "network", c.Network, "ip", r.IP, "containerID", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef())
+		logWith().Info("GC released", "network", c.Network, "ip", r.IP, "containerID", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef())
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -24,15 +25,17 @@ func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
 	if err := version.ParsePrevResult(conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
 	}
-	log := logger.With("verb", "ADD", "mode", "commit-marker", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
+	log := func() *slog.Logger {
+		return logWith("verb", "ADD", "mode", "commit-marker", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
+	}
 	if storeExists(c) {
 		if n, err := commit(c, args); err != nil {
-			log.Warn("could not mark allocations committed", "error", err)
+			log().Warn("could not mark allocations committed", "error", err)
 		} else if n == 0 {
-			log.Info("no pending allocation for this attachment (ipam is not hostlease, or dataDir differs)")
+			log().Info("no pending allocation for this attachment (ipam is not hostlease, or dataDir differs)")
 		}
 	} else {
-		log.Info("no hostlease store for this network: nothing to commit", "storeDir", c.StoreDir)
+		log().Info("no hostlease store for this network: nothing to commit", "storeDir", c.StoreDir)
 	}
 	if conf.PrevResult == nil {
 		return types.PrintResult(&current.Result{CNIVersion: conf.CNIVersion}, conf.CNIVersion)

@@ -13,8 +13,13 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
-// logger writes to stderr, which runtimes keep in their logs.
-var logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("plugin", "hostlease")
+// logWith returns a logger writing to stderr (which runtimes keep in their
+// logs) with attrs on every line. It is made only when there is something to
+// log: most calls log nothing, and slog formats a logger's attributes as soon
+// as it is made, which would cost every exec.
+func logWith(attrs ...any) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With(append([]any{"plugin", "hostlease"}, attrs...)...)
+}
 
 // openStore opens the network's store for one operation; with create it makes
 // the store on first use. Errors are returned as they are (callers decide what
