@@ -302,22 +302,51 @@ func (s *Store) checkSchema() (err error) {
 }
 
 // Update runs fn in one durable read-write transaction: all of fn's writes
-// land together (fsynced) or none do.
+// land together (fsynced) or none do. A transaction in which fn wrote nothing
+// is rolled back instead of committed: a commit costs two fdatasyncs even when
+// empty, and a repeated DEL (runtimes retry teardown) or a commit marker
+// finding its records already committed change nothing.
 func (s *Store) Update(fn func(*Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err, s.path)
-	return s.db.Update(func(btx *bolt.Tx) error {
-		tx := wrapTx(btx)
-		if tx.allocs != nil {
-			// Addresses are handed out in ascending (round-robin) order, so
-			// allocs mostly grows at its end. bbolt's default split point (50%)
-			// would leave every leaf half empty for good; at 90% an ADD that
-			// steps over reserved addresses to find a free one (1 000 of them
-			// at 99.9 % of a pool) reads about half as many pages.
-			tx.allocs.FillPercent = 0.9
+	btx, err := s.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			_ = btx.Rollback() // fn panicked
 		}
-		return fn(tx)
-	})
+	}()
+	tx := wrapTx(btx)
+	if tx.allocs != nil {
+		// Addresses are handed out in ascending (round-robin) order, so
+		// allocs mostly grows at its end. bbolt's default split point (50%)
+		// would leave every leaf half empty for good; at 90% an ADD that
+		// steps over reserved addresses to find a free one (1 000 of them
+		// at 99.9 % of a pool) reads about half as many pages.
+		tx.allocs.FillPercent = 0.9
+	}
+	err = fn(tx)
+	finished = true
+	switch {
+	case err != nil:
+		_ = btx.Rollback()
+		return err
+	case !wroteAnything(btx):
+		return btx.Rollback()
+	}
+	return btx.Commit()
+}
+
+// wroteAnything reports whether a transaction changed anything. bbolt changes
+// a page only through the in-memory node it makes of it (puts, deletes,
+// bucket creation, sequences all materialise one), so a transaction that made
+// no node wrote nothing.
+func wroteAnything(btx *bolt.Tx) bool {
+	st := btx.Stats()
+	return st.GetNodeCount() > 0
 }
 
 // View runs fn in a read-only transaction.

@@ -795,3 +795,50 @@ func TestTakenIndexFollowsRecords(t *testing.T) {
 		return nil
 	})
 }
+
+// TestUpdateWithoutWritesCommitsNothing: a read-write transaction that writes
+// nothing (a repeated DEL, an unknown container) is rolled back, so the file
+// is not touched (no commit, no fdatasync); one that writes is committed.
+func TestUpdateWithoutWritesCommitsNothing(t *testing.T) {
+	s := newStore(t)
+	update(t, s, func(tx *Tx) error { return tx.Put(rec("10.0.0.2", "c1", "eth0")) })
+	txid := func() (id int) {
+		if err := s.db.View(func(btx *bolt.Tx) error { id = btx.ID(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	before, beforeBytes := txid(), readFile(t, s.Path())
+	update(t, s, func(tx *Tx) error {
+		recs, err := Release(tx, "unknown", "eth0", "DEL", "plugin", time.Now())
+		if len(recs) != 0 {
+			t.Errorf("released %v", ips(recs))
+		}
+		return err
+	})
+	if after := txid(); after != before || !bytes.Equal(readFile(t, s.Path()), beforeBytes) {
+		t.Errorf("a transaction that wrote nothing was committed: txid %d -> %d, file changed %v", before, after, !bytes.Equal(readFile(t, s.Path()), beforeBytes))
+	}
+	update(t, s, func(tx *Tx) error {
+		_, err := Release(tx, "c1", "eth0", "DEL", "plugin", time.Now())
+		return err
+	})
+	if after := txid(); after != before+1 {
+		t.Errorf("a release was not committed: txid %d -> %d", before, after)
+	}
+	view(t, s, func(tx *Tx) error {
+		if tx.Count() != 0 {
+			t.Errorf("Count %d after the release", tx.Count())
+		}
+		return nil
+	})
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
