@@ -79,7 +79,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		result.IPs = append(result.IPs, ipConfig(r))
 	}
 	result.Routes = c.IPAM.Routes
-	return types.PrintResult(result, c.CNIVersion)
+	return printResult(result, c.CNIVersion)
 }
 
 // ipConfig is a record as a CNI result entry.
