@@ -29,6 +29,7 @@ var (
 	flagFillPar = flag.Int("bench.fill-par", 0, "parallel execs when filling pools through real ADDs (0: 2 x nproc)")
 	flagSkip16  = flag.Bool("bench.skip16", false, "skip the 99.9% of a /16 point (quick runs)")
 	flagDir     = flag.String("bench.dir", "", "parent of the temporary state dir (default /var/lib, else /var/tmp)")
+	flagSLOnly  = flag.Bool("bench.sweepload-only", false, "run only the ADD and DEL latency while hostlease-gc sweeps (builds hostlease and hostlease-gc only)")
 )
 
 var once sync.Once
@@ -100,6 +101,9 @@ func run(b *testing.B) error {
 		return err
 	}
 	binDir := filepath.Join(dir, "bin")
+	if *flagSLOnly {
+		return runSweepLoadOnly(b, root, dir, binDir, loadStart, sampler)
+	}
 	plugins := []*plugin{
 		{name: "floor"},
 		{name: "host-local"},

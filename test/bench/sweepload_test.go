@@ -12,11 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -230,6 +232,39 @@ func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepL
 		return nil, fmt.Errorf("sweep load: the store holds %d records after the measurement, want %d", held, res.records)
 	}
 	return res, nil
+}
+
+// runSweepLoadOnly is run with -bench.sweepload-only: hostlease's ADD and DEL
+// without and with a sweeping hostlease-gc, and nothing else.
+func runSweepLoadOnly(b *testing.B, root, dir, binDir, loadStart string, sampler *loadSampler) error {
+	hostlease := &plugin{name: "hostlease", path: filepath.Join(binDir, "hostlease")}
+	if err := build(root, "./cmd/ipam", hostlease.path); err != nil {
+		return err
+	}
+	par := *flagFillPar
+	if par <= 0 {
+		par = 2 * runtime.NumCPU()
+	}
+	sl, err := runSweepLoad(root, dir, binDir, hostlease, par)
+	if err != nil {
+		return err
+	}
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	renderSweepLoad(w, sl)
+	lo, med, hi, n := sampler.Stop()
+	w("\n- nproc %d, %s, kernel %s, %s; state dir on %s\n", runtime.NumCPU(), cpuModel(), kernel(), runtime.Version(), fsDescription(dir))
+	w("- load average at start %s, at end %s; 1-minute load sampled every 10 s during the run (%d samples): min %.2f, median %.2f, max %.2f\n",
+		loadStart, loadavg(), n, lo, med, hi)
+	fmt.Print("\n" + sb.String())
+	if *flagOut != "" {
+		if err := os.WriteFile(*flagOut, []byte(sb.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	b.ReportMetric(ratio(percentile(sl.on.add, 0.5), percentile(sl.off.add, 0.5)), "sweeping/idle-ADD-p50")
+	b.ReportMetric(ratio(percentile(sl.on.add, 0.99), percentile(sl.off.add, 0.99)), "sweeping/idle-ADD-p99")
+	return nil
 }
 
 // daemon is a running `hostlease-gc run` process.
