@@ -1,50 +1,141 @@
 package allocator
 
-import "bytes"
+import (
+	"bytes"
+	"runtime"
+	"sync"
+)
 
-// RecordCache keeps decoded records by their stored bytes, so that a reader
-// that scans a store again and again (the daemon, every sweep) decodes only the
-// records that changed. Cached records are shared: callers must not modify them.
+// RecordCache keeps the records a reader decoded, each with the exact stored
+// bytes it was decoded from, in address order, so that a reader that scans a
+// store again and again (the daemon, every sweep) decodes only the records
+// whose bytes changed. Cached records are shared: callers must not modify them.
+//
+// A cache belongs to one reader: one scan at a time, each decoded (or
+// dropped) before the next.
 type RecordCache struct {
-	entries map[string]cachedRecord // by address key
-	seen    map[string]bool
+	entries []cachedRecord // in key order, as the last decoded scan saw them
+	spare   []cachedRecord // the array before that one, reused by the next scan
 }
 
 type cachedRecord struct {
+	key []byte // copies: bbolt's bytes live only as long as the transaction
 	raw []byte
-	rec *Record
+	rec *Record // nil until decoded
 }
 
-// ForEachCached calls fn for every record in address order, decoding only those
-// whose bytes differ from what cache saw last time. Records gone from the store
-// are dropped from the cache. fn must not write, nor modify the record.
-func (tx *Tx) ForEachCached(cache *RecordCache, fn func(*Record) error) error {
-	if cache.entries == nil {
-		cache.entries = map[string]cachedRecord{}
+// Seen is one record as a scan saw it: the decoded record and the stored bytes
+// it was decoded from. A later write compares the bytes to learn, without
+// decoding anything, that the record has not changed since (see
+// Tx.PutIfUnchanged).
+type Seen struct {
+	// Rec is shared with the cache: never modify it.
+	Rec *Record
+	raw []byte
+}
+
+// RecordScan is what one read transaction copied out of the allocs bucket for
+// a later Decode: every record in address order, either as the cache entry
+// whose bytes it still has or as a copy of its bytes.
+type RecordScan struct {
+	cache *RecordCache
+	items []cachedRecord
+	fresh int // items whose bytes were copied (to decode)
+}
+
+// ScanRecords walks every record and copies out only what changed since the
+// cache's last scan, decoding nothing: a reader's transaction, and the store
+// lock that comes with it, lasts no longer than the walk. Call Decode on the
+// result once the store is closed.
+func (tx *Tx) ScanRecords(cache *RecordCache) *RecordScan {
+	old := cache.entries
+	s := &RecordScan{cache: cache, items: cache.spare[:0]}
+	cache.spare = nil
+	if cap(s.items) < len(old) {
+		s.items = make([]cachedRecord, 0, len(old)+len(old)/8+16)
 	}
-	cache.seen = make(map[string]bool, len(cache.entries))
-	err := tx.allocs.ForEach(func(k, v []byte) error {
-		key := string(k)
-		cache.seen[key] = true
-		if c, ok := cache.entries[key]; ok && bytes.Equal(c.raw, v) {
-			return fn(c.rec)
+	j := 0
+	c := tx.allocs.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		// Both sides are in key order: one merge pass, no lookups.
+		for j < len(old) && bytes.Compare(old[j].key, k) < 0 {
+			j++
 		}
-		r, err := decodeRecord(v)
+		if j < len(old) && bytes.Equal(old[j].key, k) && bytes.Equal(old[j].raw, v) {
+			s.items = append(s.items, old[j])
+			j++
+			continue
+		}
+		b := make([]byte, len(k)+len(v)) // one allocation for both copies
+		copy(b, k)
+		copy(b[len(k):], v)
+		s.items = append(s.items, cachedRecord{key: b[:len(k):len(k)], raw: b[len(k):]})
+		s.fresh++
+	}
+	return s
+}
+
+// Decode decodes the records the scan copied, makes the scan the cache's new
+// content (records gone from the store are dropped) and returns every record
+// in address order. On error (an undecodable record, named by its address)
+// the cache keeps its previous content.
+func (s *RecordScan) Decode() ([]Seen, error) {
+	if err := decodeItems(s.items, s.fresh); err != nil {
+		return nil, err
+	}
+	out := make([]Seen, len(s.items))
+	for i, it := range s.items {
+		out[i] = Seen{Rec: it.rec, raw: it.raw}
+	}
+	old := s.cache.entries
+	clear(old) // keep no record alive through the spare array
+	s.cache.entries, s.cache.spare = s.items, old[:0]
+	s.items = nil
+	return out, nil
+}
+
+// decodeParallelMin is the least number of records worth decoding on more
+// than one goroutine (a first sweep decodes every record; later sweeps only a
+// few).
+const decodeParallelMin = 1024
+
+// decodeItems decodes every item not decoded yet; fresh is how many there are.
+// Many are split over GOMAXPROCS goroutines. The error returned is that of the
+// first undecodable record in address order, whatever the split.
+func decodeItems(items []cachedRecord, fresh int) error {
+	workers := min(runtime.GOMAXPROCS(0), fresh/(decodeParallelMin/2))
+	if workers <= 1 {
+		return decodeRange(items)
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		part := items[w*len(items)/workers : (w+1)*len(items)/workers]
+		wg.Go(func() { errs[w] = decodeRange(part) })
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
-			ip, _ := keyAddr(k)
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeRange decodes the items of part not decoded yet, stopping at the first
+// that fails.
+func decodeRange(part []cachedRecord) error {
+	for i := range part {
+		it := &part[i]
+		if it.rec != nil {
+			continue
+		}
+		r, err := decodeRecord(it.raw)
+		if err != nil {
+			ip, _ := keyAddr(it.key)
 			return &recordError{ip: ip.String(), err: err}
 		}
-		// v lives in bbolt's mmap only for the transaction: keep a copy.
-		cache.entries[key] = cachedRecord{raw: bytes.Clone(v), rec: r}
-		return fn(r)
-	})
-	if err != nil {
-		return err
-	}
-	for key := range cache.entries {
-		if !cache.seen[key] {
-			delete(cache.entries, key)
-		}
+		it.rec = r
 	}
 	return nil
 }

@@ -65,28 +65,47 @@ func (s *Snapshot) PoolSize() float64 {
 func ReadSnapshot(path string) (*Snapshot, error) { return readSnapshot(path, nil) }
 
 // readSnapshot is ReadSnapshot reusing the records cache decoded on earlier
-// sweeps (nil: decode everything).
+// sweeps (nil: decode everything). Records are decoded only once the store is
+// closed: a plugin waiting for the store's lock waits for a walk over the
+// records and a copy of those that changed, never for decoding.
 func readSnapshot(path string, cache *allocator.RecordCache) (*Snapshot, error) {
+	if cache == nil {
+		cache = &allocator.RecordCache{}
+	}
+	snap, scan, err := scanStore(path, cache)
+	if err != nil {
+		return snap, err
+	}
+	seen, err := scan.Decode()
+	if err != nil {
+		return snap, err
+	}
+	if len(seen) > 0 {
+		snap.Records = make([]*allocator.Record, len(seen))
+		for i, sr := range seen {
+			snap.Records[i] = sr.Rec
+		}
+	}
+	return snap, nil
+}
+
+// scanStore is the part of a snapshot taken under the store's shared lock:
+// one read transaction that copies out the records changed since cache's
+// last scan (undecoded), the range sets, the pool usage and the exhaustion
+// counters. The store is closed when it returns. On an error in the
+// transaction the snapshot holds what was read before it (the range sets let
+// a rebuild keep only the network's addresses).
+func scanStore(path string, cache *allocator.RecordCache) (*Snapshot, *allocator.RecordScan, error) {
 	s, err := allocator.Open(path, allocator.OpenOptions{LockTimeout: storeLockTimeout, ReadOnly: true})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer s.Close()
 	snap := &Snapshot{}
+	var scan *allocator.RecordScan
 	err = s.View(func(tx *allocator.Tx) error {
-		collect := func(r *allocator.Record) error {
-			snap.Records = append(snap.Records, r)
-			return nil
-		}
+		scan = tx.ScanRecords(cache)
 		var err error
-		if cache != nil {
-			err = tx.ForEachCached(cache, collect)
-		} else {
-			err = tx.ForEach(collect)
-		}
-		if err != nil {
-			return err
-		}
 		if snap.RangeSets, err = tx.RangeSets(); err != nil {
 			return err
 		}
@@ -94,5 +113,8 @@ func readSnapshot(path string, cache *allocator.RecordCache) (*Snapshot, error) 
 		snap.Exhaustions, err = tx.Exhaustions()
 		return err
 	})
-	return snap, err
+	if err != nil {
+		return snap, nil, err
+	}
+	return snap, scan, nil
 }
