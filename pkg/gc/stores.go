@@ -46,6 +46,9 @@ type Snapshot struct {
 	RangeSets   []allocator.StoredRangeSet
 	Usage       []allocator.PoolUsage
 	Exhaustions map[int]allocator.Exhaustion
+	// seen[i] is Records[i] with the bytes it was decoded from, so that a
+	// write can tell without decoding that the record is unchanged since.
+	seen []allocator.Seen
 }
 
 // PoolSize is the number of allocatable addresses over all range sets (at least
@@ -80,6 +83,7 @@ func readSnapshot(path string, cache *allocator.RecordCache) (*Snapshot, error) 
 	if err != nil {
 		return snap, err
 	}
+	snap.seen = seen
 	if len(seen) > 0 {
 		snap.Records = make([]*allocator.Record, len(seen))
 		for i, sr := range seen {

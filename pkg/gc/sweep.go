@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,11 +290,17 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 }
 
 // apply writes one network's decisions in a single transaction. Each record is
-// re-read first and changed only if it is still the same allocation (same
-// owner, same creation time): a plugin may have released and re-allocated the
-// address since the snapshot, and that new allocation must not be touched.
+// changed only if it is still the same allocation (same owner, same creation
+// time): a plugin may have released and re-allocated the address since the
+// snapshot, and that new allocation must not be touched.
+//
+// New values are encoded before the store is opened; under the exclusive lock
+// a record still holding the bytes the snapshot saw is simply replaced (equal
+// bytes prove it is the same allocation, unchanged), and only a record that
+// changed since is decoded and checked again.
 func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
-	if !needsWrite(nr.Verdict) {
+	plan := planWrites(nr.Snapshot, nr.Verdict, now)
+	if len(plan) == 0 {
 		// Nothing to store: no write transaction, so no exclusive lock and no
 		// fdatasyncs (an empty bbolt commit still writes its meta page) that
 		// plugin calls would wait behind.
@@ -305,12 +312,24 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	}
 	defer st.Close()
 	var reclaimed []*allocator.Record
+	var stored []allocator.Rewrite
 	committed := 0
 	err = st.Update(func(tx *allocator.Tx) error {
-		reclaimed, committed = nil, 0
-		for _, d := range nr.Verdict.Decisions {
-			if d.Action == Keep && d.Obs == d.Record.Obs {
-				continue // nothing to write: spare decoding the record again
+		reclaimed, stored, committed = nil, stored[:0], 0
+		for _, w := range plan {
+			d := w.d
+			if w.prepared {
+				done, err := tx.PutIfUnchanged(w.rewrite)
+				if err != nil {
+					return err
+				}
+				if done {
+					stored = append(stored, w.rewrite)
+					if d.Action == MarkCommitted {
+						committed++
+					}
+					continue
+				}
 			}
 			cur, err := tx.Get(d.Record.IP)
 			if err != nil || cur == nil || cur.ContainerID != d.Record.ContainerID || cur.IfName != d.Record.IfName || !cur.Created.Equal(d.Record.Created) {
@@ -344,19 +363,80 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	})
 	if err == nil {
 		nr.Reclaimed, nr.Committed = reclaimed, committed
+		// What was just written need not be decoded again next sweep.
+		cache := s.decodeCache(nr.Network)
+		for _, w := range stored {
+			cache.Stored(w)
+		}
 	}
 	return err
 }
 
-// needsWrite reports whether any decision changes the store: a reclaim, a
-// commit, or an observation that differs from the stored one.
-func needsWrite(v NetworkVerdict) bool {
-	for _, d := range v.Decisions {
-		if d.Action != Keep || d.Obs != d.Record.Obs {
-			return true
+// plannedWrite is one decision that changes the store, with the record's new
+// value when it could be encoded ahead of the write transaction.
+type plannedWrite struct {
+	d        *Decision
+	seen     int // index of the record in the snapshot
+	rewrite  allocator.Rewrite
+	prepared bool
+}
+
+// planWrites lists the decisions that change the store (see changesStore), in
+// order, and encodes the new value of each record that is kept or marked committed (on every CPU
+// when there are many, as on a daemon's first sweep). A reclaim, or a record
+// the snapshot cannot vouch for, is left to the write transaction's look at
+// the record as it is then.
+func planWrites(snap *Snapshot, v NetworkVerdict, now time.Time) []plannedWrite {
+	var plan []plannedWrite
+	for i := range v.Decisions {
+		if changesStore(v.Decisions[i]) {
+			plan = append(plan, plannedWrite{d: &v.Decisions[i], seen: i})
 		}
 	}
-	return false
+	inParallel(len(plan), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			w := &plan[j]
+			d, i := w.d, w.seen
+			// Decide keeps the snapshot's order; the pointer check guards that.
+			if d.Action == Reclaim || i >= len(snap.seen) || snap.seen[i].Rec != d.Record {
+				continue
+			}
+			next := *d.Record // records are shared with the decode cache: never modify them
+			next.Obs = d.Obs
+			if d.Action == MarkCommitted {
+				next.State, next.Committed = allocator.StateCommitted, now
+			}
+			var err error
+			w.rewrite, err = allocator.PrepareRewrite(snap.seen[i], &next)
+			w.prepared = err == nil
+		}
+	})
+	return plan
+}
+
+// changesStore reports whether a decision changes the store: a reclaim, a
+// commit, or an observation that differs from the stored one. A sweep whose
+// decisions change nothing opens no write transaction.
+func changesStore(d Decision) bool {
+	return d.Action != Keep || d.Obs != d.Record.Obs
+}
+
+// parallelMin is the least number of items worth splitting over goroutines.
+const parallelMin = 1024
+
+// inParallel calls fn over [0, n) split into contiguous parts, one goroutine
+// per CPU when n is large, and returns when all are done.
+func inParallel(n int, fn func(lo, hi int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/(parallelMin/2))
+	if workers <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() { fn(w*n/workers, (w+1)*n/workers) })
+	}
+	wg.Wait()
 }
 
 // report exports a network's gauges and counters, logs what happened and

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -1203,5 +1204,124 @@ func TestSweepForgetsRemovedNetwork(t *testing.T) {
 	}
 	if len(kept) != 1 {
 		t.Fatalf("the remaining network's pool size series is gone too")
+	}
+}
+
+// Once nothing changes, a sweep writes nothing: no write transaction, so no
+// exclusive lock and no fdatasyncs for plugin calls to wait behind.
+func TestSweepThatChangesNothingWritesNothing(t *testing.T) {
+	e := newSweepEnv(t)
+	created := t0.Add(-time.Minute)
+	live := e.alloc("sb-live", created)
+	e.alloc("sb-otherip", created)
+	e.alloc("sb-notready", created)
+	e.alloc("sb-absent", created) // too young to reclaim for the whole test
+	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.cri.set("sb-otherip", SandboxReady, addr("10.9.9.9"))
+	e.cri.set("sb-notready", SandboxNotReady)
+	// --misses sweeps: the absent record's miss count grows to its cap.
+	for i := range e.s.Opts.Misses {
+		e.sweepAt(t0.Add(time.Duration(i) * time.Second))
+	}
+	before := fileBytes(t, e.path)
+	for i := range 3 {
+		rep := e.sweepAt(t0.Add(time.Duration(10+i) * time.Second))
+		if rep.Result != SweepOK || len(e.net(rep).Verdict.Decisions) != 4 {
+			t.Fatalf("sweep: %s, %d decisions", rep.Result, len(e.net(rep).Verdict.Decisions))
+		}
+		if !bytes.Equal(fileBytes(t, e.path), before) {
+			t.Fatalf("steady sweep %d changed the store", i+1)
+		}
+	}
+	// A new daemon (nothing cached) writes nothing either.
+	e.s = &Sweeper{Opts: e.s.Opts, CRI: e.cri, Metrics: e.s.Metrics, Log: e.s.Log, Now: e.s.Now}
+	e.sweepAt(t0.Add(20 * time.Second))
+	if !bytes.Equal(fileBytes(t, e.path), before) {
+		t.Fatal("a new daemon's first sweep over an up-to-date store changed it")
+	}
+	// A plugin's change is picked up by the next sweep.
+	e.release("sb-live", t0.Add(21*time.Second))
+	e.cri.remove("sb-live")
+	e.sweepAt(t0.Add(22 * time.Second))
+	if recs := e.records(); len(recs) != 3 {
+		t.Fatalf("after a DEL: %d records, want 3", len(recs))
+	}
+}
+
+// The daemon's decode cache holds what it wrote without decoding it again:
+// a long-running daemon decides exactly as a new one reading the same store.
+func TestSweepCacheDecidesAsANewDaemon(t *testing.T) {
+	e := newSweepEnv(t)
+	created := t0.Add(-time.Hour)
+	live := e.alloc("sb-live", created)
+	pend := e.alloc("sb-pending", created)
+	e.alloc("sb-notready", created)
+	e.alloc("sb-gone", created)
+	young := e.alloc("sb-young", t0)
+	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.cri.set("sb-pending", SandboxReady, pend.IP)
+	e.cri.set("sb-notready", SandboxNotReady)
+	e.cri.set("sb-young", SandboxReady, young.IP)
+	for i := range 8 {
+		at := t0.Add(time.Duration(i) * time.Minute)
+		switch i {
+		case 2:
+			e.cri.remove("sb-young") // goes absent
+		case 4:
+			e.cri.set("sb-young", SandboxReady, young.IP) // back again
+			// and a plugin touches a record
+			e.update(func(tx *allocator.Tx) error {
+				r, _ := tx.Get(live.IP)
+				r.Netns = "/var/run/netns/moved"
+				return tx.Put(r)
+			})
+		}
+		o := *e.s.Opts
+		o.DryRun = true
+		fresh := &Sweeper{Opts: &o, CRI: e.cri, Kube: e.s.Kube, Log: e.s.Log, Now: e.s.Now}
+		e.now = at
+		want := e.net(fresh.Sweep(context.Background())).Verdict.Decisions
+		got := e.net(e.sweepAt(at)).Verdict.Decisions
+		if len(got) != len(want) {
+			t.Fatalf("sweep %d: %d decisions, a new daemon %d", i+1, len(got), len(want))
+		}
+		for j := range got {
+			g, w := got[j], want[j]
+			if g.Action != w.Action || g.Reason != w.Reason || g.Detail != w.Detail || g.Obs != w.Obs || !reflect.DeepEqual(*g.Record, *w.Record) {
+				t.Fatalf("sweep %d, %s: the running daemon decided %v %q %+v on %+v\na new daemon %v %q %+v on %+v",
+					i+1, g.Record.IP, g.Action, g.Reason, g.Obs, *g.Record, w.Action, w.Reason, w.Obs, *w.Record)
+			}
+		}
+	}
+	if n := e.reclaims(ReclaimSandboxAbsent); n != 1 {
+		t.Fatalf("reclaims %v, want the gone sandbox's", n)
+	}
+}
+
+// A sweep whose every write finds its record changed since the snapshot (here
+// released while CRI was being listed) commits nothing: the store is left
+// byte for byte as the plugin left it (Store.Update rolls back a transaction
+// that wrote nothing: no empty commit, no fdatasyncs).
+func TestSweepCommitsNothingWhenAllChangedSince(t *testing.T) {
+	e := newSweepEnv(t)
+	e.alloc("sb-gone", t0.Add(-time.Hour)) // absent: its first miss is due
+	var after []byte
+	e.cri.setOnList(func() {
+		e.release("sb-gone", t0)
+		after = fileBytes(t, e.path)
+	})
+	rep := e.sweepAt(t0)
+	e.cri.setOnList(nil)
+	if d := e.net(rep).Verdict.Decisions; len(d) != 1 || d[0].Obs.Misses != 1 {
+		t.Fatalf("precondition: the snapshot's record should get its first miss: %+v", d)
+	}
+	if rep.Result != SweepOK || e.net(rep).Err != nil {
+		t.Fatalf("sweep: %s %v", rep.Result, e.net(rep).Err)
+	}
+	if !bytes.Equal(fileBytes(t, e.path), after) {
+		t.Fatal("the sweep committed a transaction that wrote nothing")
+	}
+	if len(e.records()) != 0 {
+		t.Fatalf("records %v, want none", e.records())
 	}
 }
