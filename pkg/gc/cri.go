@@ -123,6 +123,7 @@ func ListView(ctx context.Context, cri CRI, committed int, now time.Time) (CRIVi
 		v.Why = "ListPodSandbox: " + err.Error()
 		return v, nil
 	}
+	v.Sandboxes = make(map[string]Sandbox, len(list))
 	for _, sb := range list {
 		if sb.ID == "" {
 			v.Why = "ListPodSandbox returned a sandbox without an ID"

@@ -124,7 +124,7 @@ type NetworkVerdict struct {
 // A listed sandbox (READY, NOTREADY or UNKNOWN) is never reclaimed: a NOTREADY
 // one is the runtime's to tear down.
 func Decide(p Policy, cands []Candidate, poolSize float64, cri CRIView, api APIView, now time.Time) NetworkVerdict {
-	var v NetworkVerdict
+	v := NetworkVerdict{Decisions: make([]Decision, 0, len(cands))}
 	var reclaims []int
 	for _, c := range cands {
 		d := decideOne(p, c, cri, api, now)

@@ -248,10 +248,13 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView) []Candidate {
 	if fi, err := os.Stat(s.Opts.NetnsDir); err == nil && fi.IsDir() {
 		dirVisible = true
 	}
+	prefix := filepath.Clean(s.Opts.NetnsDir) + "/"
 	out := make([]Candidate, len(snap.Records))
+	// One goroutine: this runs every sweep, and spreading it over every CPU
+	// would take them all from plugin calls at once (it runs on a node).
 	for i, r := range snap.Records {
 		c := Candidate{Record: r}
-		if _, listed := view.Sandboxes[r.ContainerID]; !listed && dirVisible && r.Netns != "" && strings.HasPrefix(filepath.Clean(r.Netns), filepath.Clean(s.Opts.NetnsDir)+"/") {
+		if _, listed := view.Sandboxes[r.ContainerID]; !listed && dirVisible && r.Netns != "" && strings.HasPrefix(filepath.Clean(r.Netns), prefix) {
 			_, err := os.Stat(r.Netns)
 			c.NetnsGone = errors.Is(err, os.ErrNotExist)
 		}
@@ -479,13 +482,13 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 	}
 	s.initNetwork(nr)
 	pending, committedN := 0, 0
-	reclaimed := map[string]bool{}
+	reclaimed := make(map[netip.Addr]bool, len(nr.Reclaimed))
 	for _, r := range nr.Reclaimed {
-		reclaimed[r.IP.String()] = true
+		reclaimed[r.IP] = true
 	}
 	for _, d := range nr.Verdict.Decisions {
 		switch {
-		case reclaimed[d.Record.IP.String()]:
+		case reclaimed[d.Record.IP]:
 		case d.Record.State == allocator.StateCommitted || d.Action == MarkCommitted && !s.Opts.DryRun:
 			committedN++
 		default:
