@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -555,5 +556,50 @@ func TestPolicyFromOptions(t *testing.T) {
 	want := Policy{Misses: 4, Grace: time.Minute, MinAge: 7 * time.Minute, NetnsGrace: 5 * time.Second, MaxReclaimFraction: 0.25}
 	if got := PolicyFromOptions(o); got != want {
 		t.Fatalf("PolicyFromOptions = %+v, want %+v", got, want)
+	}
+}
+
+func TestWrites(t *testing.T) {
+	stored := allocator.Observation{Misses: 1, FirstMissed: t0, SandboxState: SandboxAbsent, Verdict: "absent"}
+	rec := func(o allocator.Observation) *allocator.Record { return prec(func(r *allocator.Record) { r.Obs = o }) }
+	with := func(mod func(*allocator.Observation)) allocator.Observation {
+		o := stored
+		mod(&o)
+		return o
+	}
+	// Each kind of decision, as Decide makes them, on a record stored with
+	// `stored` (or no observation at all).
+	var (
+		same      = Decision{Record: rec(stored), Action: Keep, Obs: stored}
+		verdict   = Decision{Record: rec(stored), Action: Keep, Obs: with(func(o *allocator.Observation) { o.Verdict = "in_flight" })}
+		state     = Decision{Record: rec(stored), Action: Keep, Obs: with(func(o *allocator.Observation) { o.SandboxState = SandboxNotReady })}
+		firstSeen = Decision{Record: rec(allocator.Observation{}), Action: Keep, Obs: allocator.Observation{SandboxState: SandboxReady, Verdict: "live"}}
+		miss      = Decision{Record: rec(stored), Action: Keep, Obs: with(func(o *allocator.Observation) { o.Misses = 2 })}
+		restart   = Decision{Record: rec(stored), Action: Keep, Obs: with(func(o *allocator.Observation) { o.FirstMissed = t0.Add(time.Minute) })}
+		firstMiss = Decision{Record: rec(allocator.Observation{}), Action: Keep, Obs: stored}
+		listed    = Decision{Record: rec(stored), Action: Keep, Obs: allocator.Observation{SandboxState: SandboxReady, Verdict: "live"}}
+		commit    = Decision{Record: rec(stored), Action: MarkCommitted, Obs: stored}
+		reclaim   = Decision{Record: rec(stored), Action: Reclaim, Obs: stored}
+	)
+	cases := []struct {
+		name    string
+		ds      []Decision
+		maxInfo int
+		want    []int
+	}{
+		{"nothing changes: nothing to write", []Decision{same, same}, 10, nil},
+		{"what the policy reads is always written", []Decision{miss, restart, firstMiss, listed, commit, reclaim}, 0, []int{0, 1, 2, 3, 4, 5}},
+		{"a commit or reclaim that changes no observation is written", []Decision{commit, reclaim}, 0, []int{0, 1}},
+		{"informational changes within the bound are written", []Decision{verdict, state, firstSeen}, 3, []int{0, 1, 2}},
+		{"informational changes beyond the bound wait, in order", []Decision{firstSeen, verdict, same, state, firstSeen}, 2, []int{0, 1}},
+		{"informational changes do not count against policy ones", []Decision{firstSeen, miss, firstSeen, reclaim, firstSeen}, 1, []int{0, 1, 3}},
+		{"no informational budget", []Decision{verdict, miss, state}, 0, []int{1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Writes(tc.ds, tc.maxInfo); !slices.Equal(got, tc.want) {
+				t.Errorf("Writes = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

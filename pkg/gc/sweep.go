@@ -40,6 +40,15 @@ type Sweeper struct {
 	// decoded keeps each network's records as decoded last sweep, so a sweep
 	// decodes only the records that changed since.
 	decoded map[string]*allocator.RecordCache
+	// infoWrites overrides MaxInfoWrites (tests).
+	infoWrites int
+}
+
+func (s *Sweeper) maxInfoWrites() int {
+	if s.infoWrites > 0 {
+		return s.infoWrites
+	}
+	return MaxInfoWrites
 }
 
 // obsKey identifies one allocation (not just its address) across sweeps.
@@ -302,7 +311,7 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 // bytes prove it is the same allocation, unchanged), and only a record that
 // changed since is decoded and checked again.
 func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
-	plan := planWrites(nr.Snapshot, nr.Verdict, now)
+	plan := planWrites(nr.Snapshot, nr.Verdict, s.maxInfoWrites(), now)
 	if len(plan) == 0 {
 		// Nothing to store: no write transaction, so no exclusive lock and no
 		// fdatasyncs (an empty bbolt commit still writes its meta page) that
@@ -384,17 +393,15 @@ type plannedWrite struct {
 	prepared bool
 }
 
-// planWrites lists the decisions that change the store (see changesStore), in
-// order, and encodes the new value of each record that is kept or marked committed (on every CPU
+// planWrites lists the decisions to store (see Writes), in order, and encodes
+// the new value of each record that is kept or marked committed (on every CPU
 // when there are many, as on a daemon's first sweep). A reclaim, or a record
 // the snapshot cannot vouch for, is left to the write transaction's look at
 // the record as it is then.
-func planWrites(snap *Snapshot, v NetworkVerdict, now time.Time) []plannedWrite {
+func planWrites(snap *Snapshot, v NetworkVerdict, maxInfo int, now time.Time) []plannedWrite {
 	var plan []plannedWrite
-	for i := range v.Decisions {
-		if changesStore(v.Decisions[i]) {
-			plan = append(plan, plannedWrite{d: &v.Decisions[i], seen: i})
-		}
+	for _, i := range Writes(v.Decisions, maxInfo) {
+		plan = append(plan, plannedWrite{d: &v.Decisions[i], seen: i})
 	}
 	inParallel(len(plan), func(lo, hi int) {
 		for j := lo; j < hi; j++ {
@@ -415,13 +422,6 @@ func planWrites(snap *Snapshot, v NetworkVerdict, now time.Time) []plannedWrite 
 		}
 	})
 	return plan
-}
-
-// changesStore reports whether a decision changes the store: a reclaim, a
-// commit, or an observation that differs from the stored one. A sweep whose
-// decisions change nothing opens no write transaction.
-func changesStore(d Decision) bool {
-	return d.Action != Keep || d.Obs != d.Record.Obs
 }
 
 // parallelMin is the least number of items worth splitting over goroutines.

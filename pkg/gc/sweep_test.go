@@ -1248,6 +1248,52 @@ func TestSweepThatChangesNothingWritesNothing(t *testing.T) {
 	}
 }
 
+// A sweep writes every change the policy reads at once, but rewrites at most
+// MaxInfoWrites records only for what a person reads (verdict, sandbox
+// state); the rest follow on the next sweeps. `hostlease-gc leaks` (the
+// decisions) shows every verdict at once, `list` (the store) within a few
+// sweeps.
+func TestSweepBoundsInformationalWrites(t *testing.T) {
+	e := newSweepEnv(t)
+	e.s.infoWrites = 2
+	created := t0.Add(-time.Minute)
+	var listed []*allocator.Record
+	for i := range 5 {
+		id := fmt.Sprintf("sb-%d", i)
+		listed = append(listed, e.alloc(id, created))
+		e.cri.set(id, SandboxReady, addr("10.9.9.9")) // READY with another address: stays pending
+	}
+	absent := e.alloc("sb-absent", created)
+	countReady := func() int {
+		n := 0
+		for _, r := range e.records() {
+			if r.Obs.SandboxState == SandboxReady && r.Obs.Verdict == "live" {
+				n++
+			}
+		}
+		return n
+	}
+	for i, want := range []int{2, 4, 5, 5} {
+		rep := e.sweepAt(t0.Add(time.Duration(i) * time.Second))
+		for _, d := range e.net(rep).Verdict.Decisions {
+			if d.Record.IP != absent.IP && (d.Reason != "live" || d.Obs.SandboxState != SandboxReady) {
+				t.Fatalf("sweep %d decided %s: %q %+v, want live and READY", i+1, d.Record.IP, d.Reason, d.Obs)
+			}
+		}
+		if got := countReady(); got != want {
+			t.Fatalf("after sweep %d, %d records store READY/live, want %d", i+1, got, want)
+		}
+		if r := e.records()[absent.IP]; r.Obs.Misses != min(i+1, e.s.Opts.Misses) || r.Obs.SandboxState != SandboxAbsent {
+			t.Fatalf("sweep %d: absent record stored %+v, want miss %d (the policy's fields are never held back)", i+1, r.Obs, min(i+1, e.s.Opts.Misses))
+		}
+	}
+	if snap, err := ReadSnapshot(e.path); err != nil || len(snap.Records) != 6 {
+		t.Fatalf("ReadSnapshot: %v", err)
+	} else if r := snap.Records[0]; r.IP != listed[0].IP || r.Obs.SandboxState != SandboxReady {
+		t.Fatalf("ReadSnapshot (hostlease-gc list) shows %+v", r)
+	}
+}
+
 // The daemon's decode cache holds what it wrote without decoding it again:
 // a long-running daemon decides exactly as a new one reading the same store.
 func TestSweepCacheDecidesAsANewDaemon(t *testing.T) {
