@@ -184,13 +184,10 @@ func (s *Store) Close() error { return s.db.Close() }
 // calls it right after its one transaction committed, so that concurrent
 // calls waiting for the lock start at once. The Store must not be used after.
 func (s *Store) UnlockForExit() error {
-	if s.file == nil {
+	if s.file == nil { // Open left opening (and locking) to bbolt
 		return s.Close()
 	}
-	if err := unlockFile(s.file); !errors.Is(err, errors.ErrUnsupported) {
-		return err
-	}
-	return s.Close()
+	return unlockFile(s.file)
 }
 
 func (s *Store) init() (err error) {

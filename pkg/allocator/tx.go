@@ -110,22 +110,15 @@ func (tx *Tx) Delete(ip netip.Addr) (*Record, error) {
 	if v == nil {
 		return nil, nil
 	}
-	r, derr := decodeRecord(v)
-	if derr == nil {
-		if err := tx.owners.Delete(append(ownerPrefix(r.ContainerID, r.IfName), key...)); err != nil {
+	r, err := decodeRecord(v)
+	if err != nil {
+		// Undecodable: its owner entry cannot be found; free the address.
+		if err := tx.allocs.Delete(key); err != nil {
 			return nil, err
 		}
+		return &Record{IP: ip}, takenBits{tx.taken}.set(ip, false)
 	}
-	if err := tx.allocs.Delete(key); err != nil {
-		return nil, err
-	}
-	if err := (takenBits{tx.taken}).set(ip, false); err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return &Record{IP: ip}, nil
-	}
-	return r, nil
+	return r, tx.deleteRead(r)
 }
 
 // deleteRead removes r, read from this transaction (so its owner is the
