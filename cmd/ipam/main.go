@@ -7,6 +7,10 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 )
@@ -15,6 +19,10 @@ import (
 var buildVersion = "dev"
 
 func main() {
+	// Installed under another name, the marker entry's type is that name.
+	if name := filepath.Base(os.Args[0]); name != "hostlease" && name != "." {
+		allocator.MarkerTypes = append(allocator.MarkerTypes, name)
+	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,
