@@ -75,7 +75,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	// The reservation is durable: release the store lock, which concurrent
 	// calls wait for, before building and printing the result.
 	s.UnlockForExit()
-	log := func() *slog.Logger { return logWith("verb", "ADD", "network", c.Network, "containerID", args.ContainerID) }
+	log := func() *slog.Logger {
+		return logWith("verb", "ADD", "network", c.Network, "containerID", args.ContainerID)
+	}
 	if err == nil {
 		if imported > 0 {
 			log().Info("imported host-local reservations", "count", imported)

@@ -10,9 +10,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // buildVersion is set with -ldflags "-X main.buildVersion=...".

@@ -80,6 +80,7 @@ func (n txNotes) log(log func() *slog.Logger) {
 			"readableContainerID", d.ContainerID, "readableIfname", d.IfName)
 	}
 }
+
 // hostLocalStateExists reports whether host-local left state for the network.
 func hostLocalStateExists(c *allocator.Config) bool {
 	_, err := os.Stat(allocator.HostLocalDir(c.HostLocalDir, c.Network))
