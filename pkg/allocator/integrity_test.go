@@ -418,7 +418,9 @@ func TestErrorClasses(t *testing.T) {
 		{"quota", syscall.EDQUOT, false, true, []string{"EDQUOT"}},
 		{"i/o", &os.SyscallError{Syscall: "fdatasync", Err: syscall.EIO}, false, true, []string{"EIO"}},
 		{"flock", fmt.Errorf("flock: %w", syscall.ENOLCK), false, true, []string{"ENOLCK"}},
-		{"mmap", fmt.Errorf("mmap allocate error: %w", syscall.ENOMEM), false, true, []string{"ENOMEM"}},
+		{"mmap", fmt.Errorf("mmap allocate error: %s", syscall.ENOMEM), false, true, []string{"ENOMEM"}},
+		{"resize, errno as text", fmt.Errorf("file resize error: %s", syscall.ENOSPC), false, true, []string{"ENOSPC", path}},
+		{"sync, errno as text", fmt.Errorf("file sync error: %s", syscall.EIO), false, true, []string{"EIO"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

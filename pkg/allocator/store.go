@@ -247,15 +247,16 @@ func create(path string) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp)
+	// Errors name the store: the temporary file is removed on return.
 	if err := f.Close(); err != nil {
-		return &StoreIOError{Op: "create", Path: tmp, Err: unwrapPath(err)}
+		return &StoreIOError{Op: "create", Path: path, Err: unwrapPath(err)}
 	}
 	db, err := bolt.Open(tmp, 0o600, nil) // an empty file: bbolt initialises it
 	if err != nil {
-		return classifyOpenError(tmp, "create", err)
+		return classifyOpenError(path, "create", err)
 	}
 	if err := db.Close(); err != nil {
-		return classifyOpenError(tmp, "create", err)
+		return classifyOpenError(path, "create", err)
 	}
 	// link(2) never follows its new path: a symlink there (dangling or not)
 	// is EEXIST, and the Open that follows refuses it.
