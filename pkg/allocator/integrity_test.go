@@ -241,6 +241,9 @@ func damagedValues(good []byte) map[string][]byte {
 		"broken JSON":          []byte(`{"v":1,"ip":"10.0.0.3","containerID":`),
 		"JSON claiming binary": []byte(`{"v":2,"ip":"10.0.0.3","containerID":"b"}`),
 		"address family 9":     append([]byte{binaryFormat, 9}, good[2:]...),
+		// Decodes, but names another record's address: a release would
+		// delete that record and its index entries.
+		"names another address": appendRecord(rec("10.0.0.2", "b", "eth0")),
 	}
 }
 

@@ -356,7 +356,7 @@ func (s *Store) init() (err error) {
 			// (one that does not is left to hostlease-gc, as everywhere).
 			owners := btx.Bucket(bucketOwners)
 			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
-				if r, err := decodeRecord(v); err == nil {
+				if r, err := decodeAt(k, v); err == nil {
 					return owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), k...), nil)
 				}
 				return nil
@@ -369,7 +369,7 @@ func (s *Store) init() (err error) {
 			// records are those whose source says so.
 			imported := btx.Bucket(bucketImported)
 			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
-				if r, err := decodeRecord(v); err == nil && r.Source == SourceHostLocal {
+				if r, err := decodeAt(k, v); err == nil && r.Source == SourceHostLocal {
 					return imported.Put(k, nil)
 				}
 				return nil
