@@ -243,19 +243,23 @@ func (tx *Tx) compareIndexes(why string, fix bool) IndexRepair {
 		return nil
 	})
 	var strayBits []netip.Addr
+	var badBlocks [][]byte // blocks of the wrong length or under a key that is no block's
 	if tx.taken != nil {
-		it := takenBits{tx.taken}.iter()
-		for a, ok := it.Seek(netip.IPv4Unspecified()); ok; a, ok = it.Next() {
-			if !keys[string(addrKey(a))] {
-				strayBits = append(strayBits, a)
+		_ = tx.taken.ForEach(func(k, v []byte) error {
+			base, ok := keyAddr(k)
+			if bk, _ := blockOf(base); !ok || len(v) != blockBytes || !bytes.Equal(bk, k) {
+				badBlocks = append(badBlocks, bytes.Clone(k))
+				return nil
 			}
-		}
-		for a, ok := it.Seek(netip.IPv6Unspecified()); ok; a, ok = it.Next() {
-			if !keys[string(addrKey(a))] {
-				strayBits = append(strayBits, a)
+			for off := nextBit(v, 0, true); off < blockBits; off = nextBit(v, off+1, true) {
+				if a := blockAddr(k, off); !keys[string(addrKey(a))] {
+					strayBits = append(strayBits, a)
+				}
 			}
-		}
+			return nil
+		})
 	}
+	rep.BitsCleared += len(badBlocks)
 	var strayOwners [][]byte
 	if tx.owners != nil {
 		_ = tx.owners.ForEach(func(k, _ []byte) error {
@@ -269,6 +273,17 @@ func (tx *Tx) compareIndexes(why string, fix bool) IndexRepair {
 	rep.OwnerAdded, rep.OwnerRemoved = len(missingOwners), len(strayOwners)
 	if !fix {
 		return rep
+	}
+	for _, k := range badBlocks {
+		write(tx.taken.Delete(k))
+	}
+	if len(badBlocks) > 0 {
+		// Their records' bits went with them: set every record's bit.
+		missingBits = missingBits[:0]
+		for k := range keys {
+			ip, _ := keyAddr([]byte(k))
+			missingBits = append(missingBits, ip)
+		}
 	}
 	for _, a := range missingBits {
 		write(takenBits{tx.taken}.set(a, true))
@@ -347,8 +362,14 @@ func ReleaseVanishedHostLocal(tx *Tx, dir string, now time.Time) ([]*Record, err
 	var out []*Record
 	for _, k := range keys {
 		ip, ok := keyAddr(k)
+		if !ok {
+			if err := tx.imported.Delete(k); err != nil { // a damaged key names no record
+				return out, err
+			}
+			continue
+		}
 		r, d := tx.Lookup(ip)
-		if !ok || d != nil {
+		if d != nil {
 			continue // damaged: left to the operator
 		}
 		if r == nil || r.Source != SourceHostLocal {

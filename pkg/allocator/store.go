@@ -301,6 +301,11 @@ func (s *Store) init() (err error) {
 		if meta == nil {
 			return nil
 		}
+		if meta.Get(keySchema) != nil && btx.Bucket(bucketAllocs) == nil {
+			// An initialised store without its records: recreating the
+			// bucket would hand every address in use out again.
+			return fmt.Errorf("%w: %s lacks its allocs bucket", ErrStoreUnreadable, s.path)
+		}
 		if v := meta.Get(keySchema); len(v) == 1 && int(v[0]) < SchemaVersion {
 			return nil // raised below
 		} else if v == nil {
