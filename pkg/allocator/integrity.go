@@ -344,14 +344,21 @@ func (tx *Tx) HasImported() bool {
 // still holds the network's host-local config in its cache (podman after a
 // switch to hostlease), so the container is gone. Each is audited
 // (AuditHostLocalGone). It costs one cursor step while nothing imported is
-// held, one lstat per imported record otherwise. A missing dir releases
-// nothing (it proves nothing about single containers). ADD calls it; the
-// daemon may too.
+// held, one lstat per imported record otherwise.
+//
+// Only host-local's own DEL is taken as proof: it removes one reservation
+// file and leaves its "lock" file (which every host-local call creates). A
+// missing dir, or a dir without its lock file (an operator's wipe of the
+// host-local state, not a DEL), releases nothing. ADD calls it; the daemon
+// may too.
 func ReleaseVanishedHostLocal(tx *Tx, dir string, now time.Time) ([]*Record, error) {
 	if !tx.HasImported() {
 		return nil, nil
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, nil
+	}
+	if _, err := os.Lstat(filepath.Join(dir, hostLocalLockFile)); err != nil {
 		return nil, nil
 	}
 	var keys [][]byte

@@ -612,7 +612,7 @@ func TestCleanStaleTemp(t *testing.T) {
 func TestReleaseVanishedHostLocal(t *testing.T) {
 	hl := filepath.Join(t.TempDir(), "net1")
 	os.MkdirAll(hl, 0o755)
-	for ip, owner := range map[string]string{"10.0.0.2": "p1\r\neth0", "10.0.0.3": "p2\r\neth0", "10.0.0.4": "p3"} {
+	for ip, owner := range map[string]string{"10.0.0.2": "p1\r\neth0", "10.0.0.3": "p2\r\neth0", "10.0.0.4": "p3", "lock": ""} {
 		os.WriteFile(filepath.Join(hl, ip), []byte(owner), 0o644)
 	}
 	s := newStore(t)
@@ -644,13 +644,19 @@ func TestReleaseVanishedHostLocal(t *testing.T) {
 	}
 	// An imported record released by hostlease's own DEL leaves the index.
 	release(t, s, "p1", "eth0")
-	// A missing host-local dir proves nothing.
+	// A missing host-local dir, or one without host-local's lock file (a
+	// wipe, not host-local's DEL), proves nothing.
 	os.Remove(filepath.Join(hl, "10.0.0.4"))
 	os.Rename(hl, hl+".gone")
 	if got := run(); len(got) != 0 {
 		t.Errorf("released %v with the host-local dir missing", got)
 	}
 	os.Rename(hl+".gone", hl)
+	os.Remove(filepath.Join(hl, "lock"))
+	if got := run(); len(got) != 0 {
+		t.Errorf("released %v with host-local's lock file gone", got)
+	}
+	os.WriteFile(filepath.Join(hl, "lock"), nil, 0o644)
 	if got := run(); !slices.Equal(got, []string{"10.0.0.4"}) {
 		t.Errorf("released %v, want 10.0.0.4", got)
 	}

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -508,32 +509,56 @@ func TestHardeningMissingIPAM(t *testing.T) {
 	}
 }
 
-// After a switch from host-local, a runtime that tears containers down with
-// its cached host-local config removes host-local's files: the next ADD
-// releases those imported records (audited), and only those.
+// hostLocalBin builds the reference host-local plugin (as pinned in go.mod)
+// once into the shared bin dir.
+var hostLocalBin = sync.OnceValues(func() (string, error) {
+	out := filepath.Join(binDir, "host-local")
+	cmd := exec.Command("go", "build", "-buildvcs=false", "-o", out, "github.com/containernetworking/plugins/plugins/ipam/host-local")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build host-local: %v\n%s", err, b)
+	}
+	return out, nil
+})
+
+// After a switch from host-local, podman tears containers down with its
+// cached host-local config: the real host-local's DEL removes its file, and
+// the next hostlease ADD releases that imported record (audited), and only it.
 func TestHardeningHostLocalMigrationLeak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	hlBin, err := hostLocalBin()
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	network := "hlh-podman"
-	hl := filepath.Join(dir, network)
-	os.MkdirAll(hl, 0o755)
-	for ip, owner := range map[string]string{"10.85.0.2": "podA\r\neth0", "10.85.0.3": "podB\r\neth0", "10.85.0.4": "podC\r\neth0"} {
-		os.WriteFile(filepath.Join(hl, ip), []byte(owner), 0o644)
-	}
-	os.WriteFile(filepath.Join(hl, "last_reserved_ip.0"), []byte("10.85.0.4"), 0o644)
 	conf := ipamConf(t, network, dir, "10.85.0.0/24")
+	hostLocalConf := bytes.Replace(conf, []byte(`"type":"hostlease"`), []byte(`"type":"host-local"`), 1)
+	hostLocal := func(cmd, id string) {
+		t.Helper()
+		c := exec.CommandContext(ctx, hlBin)
+		c.Env = call{Command: cmd, ContainerID: id, IfName: "eth0", Netns: "/x"}.env()
+		c.Stdin = bytes.NewReader(hostLocalConf)
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("host-local %s %s: %v\n%s", cmd, id, err, out)
+		}
+	}
+	for _, id := range []string{"podA", "podB", "podC"} {
+		hostLocal("ADD", id)
+	}
 	add := func(id string) {
+		t.Helper()
 		if o := runPlugin(ctx, call{Command: "ADD", ContainerID: id, IfName: "eth0", Netns: "/x"}, conf); !o.OK() {
 			t.Fatalf("ADD %s: %v", id, o)
 		}
 	}
-	add("new1") // imports A, B, C
+	add("new1") // the switch: imports podA, podB, podC
 	path := allocator.StorePath(dir, network)
 	if n := len(readStoreLenient(t, path).records); n != 4 {
 		t.Fatalf("after the import the store holds %d records, want 4", n)
 	}
-	os.Remove(filepath.Join(hl, "10.85.0.3")) // podman's host-local DEL of podB
+	hostLocal("DEL", "podB") // podman, with its cached host-local config
 	add("new2")
 	snap := readStoreLenient(t, path)
 	var held []string
@@ -549,6 +574,7 @@ func TestHardeningHostLocalMigrationLeak(t *testing.T) {
 	}) {
 		t.Errorf("no %s audit event for podB: %v", allocator.AuditHostLocalGone, snap.audit)
 	}
+	checkIntegrity(t, readStore(t, path))
 }
 
 // A leaf page with a zeroed type: DEL exits 0, and the answers of ADD and of
