@@ -657,3 +657,38 @@ func TestHardeningFullFilesystem(t *testing.T) {
 		t.Errorf("DEL on a full file system: %v", o)
 	}
 }
+
+// STATUS fails only when no ADD can succeed: a full pool is fine by default
+// (a STATUS error costs the node its pods) and 50 only with the opt-in; a
+// data dir where no store can be created is 50.
+func TestHardeningStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	status := func(conf []byte) outcome { return runPlugin(ctx, call{Command: "STATUS"}, conf) }
+	tiny := ipamConf(t, "hlh-status", dir, "10.87.0.0/30") // one allocatable address
+	if o := status(tiny); !o.OK() {
+		t.Errorf("STATUS before the first ADD: %v", o)
+	}
+	if o := runPlugin(ctx, call{Command: "ADD", ContainerID: "a", IfName: "eth0", Netns: "/x"}, tiny); !o.OK() {
+		t.Fatalf("ADD: %v", o)
+	}
+	if o := status(tiny); !o.OK() {
+		t.Errorf("STATUS on a full pool, by default: %v; want success (exhaustion is an alert, not a node outage)", o)
+	}
+	optIn := bytes.Replace(tiny, []byte(`"type":"hostlease"`), []byte(`"failStatusOnExhaustion":true,"type":"hostlease"`), 1)
+	if o := status(optIn); o.Err == nil || o.Err.Code != allocator.ErrStatusUnavailable {
+		t.Errorf("STATUS on a full pool with failStatusOnExhaustion: %v; want 50", o)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the read-only data dir case is not run")
+		return
+	}
+	fresh := t.TempDir()
+	wrapper := []string{"unshare", "-m", "--propagation", "private", "--", "sh", "-c",
+		`mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$1"`, fresh}
+	o := wrapped(ctx, wrapper, call{Command: "STATUS"}, ipamConf(t, "hlh-status", filepath.Join(fresh, "sub"), "10.87.0.0/24"))
+	if o.Err == nil || o.Err.Code != allocator.ErrStatusUnavailable || !strings.Contains(o.Err.Msg, fresh) {
+		t.Errorf("STATUS with a data dir that cannot be created: %v; want 50 naming %s", o, fresh)
+	}
+}
