@@ -35,8 +35,8 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	if *network == "" {
 		return fmt.Errorf("%w: --network is required", errUsage)
 	}
-	if *endpoint == "" {
-		return fmt.Errorf("%w: --cri-endpoint must not be empty", errUsage)
+	if err := checkCRIEndpoint(*endpoint); err != nil {
+		return err
 	}
 	files, err := selectStores(*dataDir, *network)
 	if err != nil {
