@@ -102,9 +102,9 @@ func TestDecideTable(t *testing.T) {
 		netnsGone    bool
 		predatesBoot bool
 		cri          CRIView
-		api       APIView
-		now       time.Time
-		want      want
+		api          APIView
+		now          time.Time
+		want         want
 	}{
 		// Listed sandboxes.
 		{name: "ready sandbox is live and resets misses",
@@ -260,7 +260,7 @@ func TestDecideTable(t *testing.T) {
 			want: want{Keep, "absent", 6, late, SandboxAbsent, true}},
 		{name: "clock before the first miss with netns gone and --netns-grace: no reclaim, absence restarts",
 			policy: &netnsGracePolicy,
-			rec: prec(missed(5, late.Add(time.Hour))), netnsGone: true, cri: criAt(late), now: late,
+			rec:    prec(missed(5, late.Add(time.Hour))), netnsGone: true, cri: criAt(late), now: late,
 			want: want{Keep, "absent", 6, late, SandboxAbsent, true}},
 	}
 	for _, tc := range cases {
