@@ -194,20 +194,25 @@ func allocateOne(tx *Tx, req AllocateRequest, idx int, set StoredRangeSet, want 
 // to records written with the container ID alone by old host-local versions.
 //
 // It finds them even when the owner index lost them: an empty answer from
-// the index is believed only if the indexes agree with the records count
-// (Tx.indexesAgree, which reads no record); otherwise every record is read,
-// and in a write transaction the indexes are repaired from the records
-// (audited; Tx.Repairs). DEL, CHECK and the commit marker use it.
+// the index is believed only for a large store whose indexes agree with the
+// records count (needScan; Tx.indexesAgree reads no record); otherwise the
+// records are read, and in a write transaction the indexes are repaired from
+// them when they disagree (audited; Tx.Repairs). DEL, CHECK and the commit
+// marker use it; ADD's hot path does not.
 func Held(tx *Tx, containerID, ifname string) ([]*Record, error) {
 	recs, err := heldByIndex(tx, containerID, ifname)
-	if err != nil || len(recs) > 0 || tx.indexesAgree() {
+	if err != nil || len(recs) > 0 {
 		return recs, err
+	}
+	n, known := tx.recordCount()
+	if !needScan(n, known, tx.indexesAgree) {
+		return nil, nil
 	}
 	recs = tx.scanOwner(containerID, ifname)
 	if len(recs) == 0 && ifname != "" {
 		recs = tx.scanOwner(containerID, "")
 	}
-	if tx.btx.Writable() {
+	if tx.btx.Writable() && (len(recs) > 0 || !tx.indexesAgree()) {
 		why := fmt.Sprintf("lookup of container %s ifname %q: the indexes disagree with the records count", containerID, ifname)
 		if len(recs) > 0 {
 			why = fmt.Sprintf("lookup of container %s ifname %q: %d records missing from the owner index", containerID, ifname, len(recs))
@@ -217,6 +222,29 @@ func Held(tx *Tx, containerID, ifname string) ([]*Record, error) {
 		}
 	}
 	return recs, nil
+}
+
+// scanAlwaysBelow is the number of records below which an owner the index
+// does not know is always looked for in the records: a scan of that many
+// costs about what the exec of the plugin does, and it also finds an index
+// entry filed under the wrong owner, which keeps every count equal. A node's
+// pool is usually far smaller (a /24).
+const scanAlwaysBelow = 2048
+
+// needScan decides whether an attachment the owner index does not know must
+// be looked for in the records. records is the count kept in meta (known is
+// false when it is absent or damaged); agree is the cheap count comparison
+// (Tx.indexesAgree), called only for large stores.
+func needScan(records int, known bool, agree func() bool) bool {
+	switch {
+	case !known:
+		return true
+	case records == 0:
+		return !agree() // nothing should be there; stray index entries say otherwise
+	case records < scanAlwaysBelow:
+		return true
+	}
+	return !agree()
 }
 
 func heldByIndex(tx *Tx, containerID, ifname string) ([]*Record, error) {

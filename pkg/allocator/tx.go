@@ -329,13 +329,41 @@ func (tx *Tx) ByOwner(containerID, ifname string) ([]*Record, error) {
 // noted, not returned.
 func (tx *Tx) scanOwner(containerID, ifname string) []*Record {
 	var out []*Record
-	_ = tx.ForEach(func(r *Record) error {
+	_ = tx.allocs.ForEach(func(k, v []byte) error {
+		if match, sure := ownerMatches(v, containerID, ifname); sure && !match {
+			return nil // most records: told apart without decoding
+		}
+		r, err := decodeRecord(v)
+		if err != nil {
+			tx.noteDamaged(newDamaged(k, v, err))
+			return nil
+		}
 		if r.ContainerID == containerID && r.IfName == ifname {
 			out = append(out, r)
 		}
 		return nil
 	})
 	return out
+}
+
+// ownerMatches compares a binary record's owner fields with (containerID,
+// ifname) in place, without decoding the record; sure is false when it cannot
+// tell (a JSON or damaged value: the caller decodes).
+func ownerMatches(v []byte, containerID, ifname string) (match, sure bool) {
+	if len(v) == 0 || v[0] != binaryFormat {
+		return false, false
+	}
+	d := &dec{b: v[1:]}
+	d.addr()
+	d.smallInt()
+	d.addr()
+	d.smallInt()
+	id := d.bytes()
+	name := d.bytes()
+	if d.err != nil {
+		return false, false
+	}
+	return string(id) == containerID && string(name) == ifname, true
 }
 
 // ForEach calls fn for every record that decodes, in address order; records
