@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	bolt "go.etcd.io/bbolt"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/hostlease/hostlease/internal/fakecri"
@@ -172,5 +176,87 @@ func TestRebuildDamagedStore(t *testing.T) {
 		t.Errorf("rebuild --force kept %d copies of the old store, want 1", len(m))
 	} else if _, err := os.Stat(m[0]); err != nil {
 		t.Error(err)
+	}
+}
+
+// zeroLeafType zeroes the page type of the allocs bucket's root page, as a
+// torn or rotten page leaves it: bbolt opens the file, and panics on that
+// page when a transaction reads it (allocator.ErrStorePageDamaged).
+func zeroLeafType(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root uint64
+	_ = db.View(func(tx *bolt.Tx) error {
+		root = uint64(tx.Bucket([]byte("allocs")).Root())
+		return nil
+	})
+	pageSize := db.Info().PageSize
+	db.Close()
+	if root == 0 {
+		t.Fatal("allocs is an inline bucket: no page of its own to damage")
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// A page header: id (8 bytes), then flags (2 bytes): the page type.
+	if _, err := f.WriteAt([]byte{0, 0}, int64(root)*int64(pageSize)+8); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A store whose records' page is damaged: list and status name the damage and
+// how to repair it (exit 1), rebuild asks for --force (the plugin still serves
+// from the readable pages), and rebuild --force sets it aside and rebuilds it
+// from CRI.
+func TestRebuildPageDamagedStore(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "pg", dataDir: dataDir, rangeSets: subnets("10.88.0.0/24")}
+	var ready []netip.Addr
+	for i := range 24 { // enough records for allocs to have a page of its own
+		ip := add(t, n, fmt.Sprintf("sandbox-%02d", i))[0]
+		if i < 3 {
+			ready = append(ready, ip)
+		}
+	}
+	path := allocator.StorePath(dataDir, "pg")
+	zeroLeafType(t, path)
+	cri := startCRI(t)
+	for i, ip := range ready {
+		cri.Ready(fmt.Sprintf("sandbox-%02d", i), ip)
+	}
+
+	r := gcExec(t, "list", "--data-dir", dataDir)
+	if r.code != exitFailed || !strings.Contains(r.stderr, "network pg") || !strings.Contains(r.stderr, "rebuild --network pg --force") {
+		t.Errorf("list of a page-damaged store: want exit 1 naming the repair\n%s", r)
+	}
+	r = gcExec(t, "status", "--data-dir", dataDir)
+	if r.code != exitFailed || !strings.Contains(r.stdout, "ERROR: ") || !strings.Contains(r.stdout, "rebuild --network pg --force") {
+		t.Errorf("status of a page-damaged store: want an ERROR row naming the repair, exit 1\n%s", r)
+	}
+	before, _ := os.ReadFile(path)
+	r = gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "pg", "--cri-endpoint", cri.Endpoint())
+	if r.code != exitFailed || !strings.Contains(r.stderr, "pass --force") {
+		t.Errorf("rebuild of a page-damaged store without --force: want a refusal naming --force\n%s", r)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Errorf("a refused rebuild changed the store")
+	}
+	r = gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "pg", "--cri-endpoint", cri.Endpoint(), "--force")
+	if r.code != 0 || !strings.Contains(r.stdout, "rebuilt "+path+" with 3 record(s)") || !strings.Contains(r.stdout, ".corrupt-") {
+		t.Fatalf("rebuild --force of a page-damaged store:\n%s", r)
+	}
+	recs, code := listJSON(t, dataDir)
+	if code != 0 || len(recs) != 3 {
+		t.Errorf("after rebuild --force: exit %d, %+v", code, recs)
+	}
+	for i, ip := range ready {
+		if recs[ip].ContainerID != fmt.Sprintf("sandbox-%02d", i) {
+			t.Errorf("after rebuild --force: %s = %+v", ip, recs[ip])
+		}
 	}
 }

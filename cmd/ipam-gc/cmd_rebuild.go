@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -12,8 +13,9 @@ import (
 )
 
 // cmdRebuild repairs a network's store from the runtime's view:
-//   - a store that cannot be used (bbolt cannot open it, or a page is
-//     damaged) is set aside and rebuilt from CRI's READY sandboxes;
+//   - a store bbolt cannot open is set aside and rebuilt from CRI's READY
+//     sandboxes; so is one with a damaged page, with --force (the plugin
+//     still serves from its readable pages);
 //   - a store that opens but holds damaged records (values that do not
 //     decode) is repaired in place: each damaged address a READY sandbox
 //     uses (or that the readable part of the record names a listed sandbox
@@ -50,6 +52,10 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("store %s is readable (%d records); pass --force to rebuild it anyway (no record is damaged)", f.Path, len(view.Records))
 	case readErr == nil:
 		sets = view.RangeSets
+	case errors.Is(readErr, allocator.ErrStorePageDamaged) && !*force:
+		// The plugin still serves from the pages it can read: a rebuild from
+		// CRI forgets what only those pages hold (ADDs in flight).
+		return fmt.Errorf("store %s is damaged (%v); pass --force to set it aside and rebuild it from CRI (allocations of ADDs still in flight are forgotten)", f.Path, readErr)
 	case allocator.IsDamage(readErr):
 		sets = rangeSetsOf(f.Path)
 	default:
