@@ -142,3 +142,28 @@ func TestHostLocalBaseFor(t *testing.T) {
 		}
 	}
 }
+
+// A network name too long for "<name>.db" (the plugin then names the store
+// file by a hash): the CLI finds the store where the plugin put it, shows
+// the network's real name, and exports to host-local's <dataDir>/<name>/.
+func TestLongNetworkName(t *testing.T) {
+	dataDir := t.TempDir()
+	name := "n" + strings.Repeat("x", 252) // 253 bytes: "<name>.db" exceeds NAME_MAX
+	n := ipamNet{name: name, dataDir: dataDir, rangeSets: subnets("10.89.0.0/24")}
+	ip := add(t, n, "sandbox-long")[0]
+	if _, err := os.Stat(allocator.StorePath(dataDir, name)); err != nil {
+		t.Fatalf("the plugin's store for a long name: %v", err)
+	}
+	f := &fixture{dir: dataDir}
+	if recs := f.records(t, name); recs[ip].ContainerID != "sandbox-long" {
+		t.Errorf("list --network <253 bytes>: %+v", recs)
+	}
+	r := gcExec(t, "status", "--data-dir", dataDir)
+	if r.code != 0 || !strings.Contains(r.stdout, name+"  0") {
+		t.Errorf("status does not show the network's full name:\n%s", r)
+	}
+	r = gcExec(t, "export", "--data-dir", dataDir, "--network", name)
+	if b, err := os.ReadFile(filepath.Join(dataDir, name, ip.String())); r.code != 0 || err != nil || string(b) != "sandbox-long\r\neth0" {
+		t.Errorf("export of a long-named network: %q %v\n%s", b, err, r)
+	}
+}
