@@ -104,6 +104,9 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 	if !audited {
 		t.Errorf("no %s audit entry for %s: %+v", allocator.AuditDamagedRelease, b, auditOf(t, path))
 	}
+	if r := gcExec(t, "audit", "--data-dir", dataDir); r.code != 0 || !strings.Contains(r.stdout, "damaged-release  "+b.String()) {
+		t.Errorf("audit does not show the damaged release of %s:\n%s", b, r)
+	}
 	if r := gcExec(t, "status", "--data-dir", dataDir); r.code != 0 {
 		t.Errorf("status after the release: %s", r)
 	}

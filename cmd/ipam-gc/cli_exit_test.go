@@ -29,6 +29,7 @@ func TestMissingDataDirFailsEveryCommand(t *testing.T) {
 			{"leaks", "--no-api", "--cri-endpoint", cri.Endpoint()},
 			{"release", "10.0.0.1", "--yes"},
 			{"release", "--sandbox", "x", "--yes"},
+			{"audit"},
 			{"import", "--network", "alpha"},
 			{"export", "--network", "alpha"},
 			{"rebuild", "--network", "alpha", "--cri-endpoint", cri.Endpoint()},
@@ -92,6 +93,9 @@ func TestAbsurdFlagValues(t *testing.T) {
 		{[]string{"list", "--network", "../etc"}, "--network"},
 		{[]string{"list", "--network", "a\nb"}, "--network"},
 		{[]string{"status", "-o", "yaml"}, "-o must be table or json"},
+		{[]string{"audit", "--limit", "0"}, "--limit must be between 1 and"},
+		{[]string{"audit", "--limit", "-5"}, "--limit must be between 1 and"},
+		{[]string{"audit", "--limit", "1000000000"}, "--limit must be between 1 and"},
 		{[]string{"list", "--data-dir", ""}, "--data-dir must not be empty"},
 	} {
 		args := append([]string{}, tc.args...)
@@ -110,7 +114,7 @@ func TestAbsurdFlagValues(t *testing.T) {
 // --help and the top-level help, each exiting 0.
 func TestExitCodesDocumentedInHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"list", "--help"}, {"status", "-h"}, {"leaks", "--help"}, {"release", "--help"},
-		{"export", "--help"}, {"import", "--help"}, {"rebuild", "--help"}} {
+		{"export", "--help"}, {"import", "--help"}, {"rebuild", "--help"}, {"audit", "--help"}} {
 		r := gcExec(t, args...)
 		for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read"} {
 			if r.code != 0 || !strings.Contains(r.stderr, want) {
