@@ -97,6 +97,8 @@ func TestAbsurdFlagValues(t *testing.T) {
 		{[]string{"audit", "--limit", "-5"}, "--limit must be between 1 and"},
 		{[]string{"audit", "--limit", "1000000000"}, "--limit must be between 1 and"},
 		{[]string{"list", "--data-dir", ""}, "--data-dir must not be empty"},
+		{[]string{"list", "--\x1b[2Jbogus"}, `flag provided but not defined: -\x1b[2Jbogus`},
+		{[]string{"status", "--data-dir"}, "flag needs an argument: -data-dir"},
 	} {
 		args := append([]string{}, tc.args...)
 		if !strings.Contains(strings.Join(args, " "), "--data-dir") {
