@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
@@ -165,5 +168,35 @@ func TestLongNetworkName(t *testing.T) {
 	r = gcExec(t, "export", "--data-dir", dataDir, "--network", name)
 	if b, err := os.ReadFile(filepath.Join(dataDir, name, ip.String())); r.code != 0 || err != nil || string(b) != "sandbox-long\r\neth0" {
 		t.Errorf("export of a long-named network: %q %v\n%s", b, err, r)
+	}
+}
+
+// A store whose stored range sets no longer decode still exports every
+// reservation (only host-local's round-robin points are lost).
+func TestExportWithDamagedRangeSets(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "dr", dataDir: dataDir, rangeSets: subnets("10.90.0.0/24")}
+	ips := []netip.Addr{add(t, n, "sandbox-a")[0], add(t, n, "sandbox-b")[0]}
+	path := allocator.StorePath(dataDir, "dr")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("ranges"), []byte{0xde, 0xad}) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r := gcExec(t, "export", "--data-dir", dataDir, "--network", "dr")
+	if r.code != 0 || !strings.Contains(r.stdout, "exported 2 reservation(s)") {
+		t.Fatalf("export with damaged range sets:\n%s", r)
+	}
+	for i, ip := range ips {
+		if b, err := os.ReadFile(filepath.Join(dataDir, "dr", ip.String())); err != nil || string(b) != []string{"sandbox-a", "sandbox-b"}[i]+"\r\neth0" {
+			t.Errorf("reservation file for %s: %q %v", ip, b, err)
+		}
+	}
+	r = gcExec(t, "status", "--data-dir", dataDir)
+	if r.code != 0 || !strings.Contains(r.stdout, "ranges unknown") {
+		t.Errorf("status with damaged range sets: want a note, exit 0\n%s", r)
 	}
 }
