@@ -120,7 +120,7 @@ func (s *Sweeper) rebuild(ctx context.Context, nr *NetworkReport, view CRIView, 
 		log.Warn("store unreadable; not rebuilding without a complete CRI answer", "error", nr.Err)
 		return
 	}
-	aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.rangeCache[nr.Network], s.now())
+	aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.rangeCache[nr.Path], s.now())
 	if err != nil {
 		log.Error("store unreadable and rebuild failed", "error", err, "cause", nr.Err)
 		return
