@@ -22,6 +22,7 @@ const (
 	ReclaimSandboxAbsent = "sandbox_absent"
 	ReclaimNetnsGone     = "netns_gone"
 	ReclaimPredatesBoot  = "predates_boot"
+	ReclaimHostLocalGone = "host_local_gone"
 	ReclaimManual        = "manual"
 
 	VetoPodListsIP       = "pod_lists_ip"
@@ -108,7 +109,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{labelNetwork}),
 		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "reclaims_total",
-			Help: "Addresses reclaimed, by reason (sandbox_absent, netns_gone, predates_boot, manual).",
+			Help: "Addresses reclaimed, by reason (sandbox_absent, netns_gone, predates_boot, host_local_gone, manual).",
 		}, []string{labelNetwork, "reason"}),
 		Vetoes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "vetoes_total",
@@ -198,7 +199,7 @@ type PoolStats struct {
 // given range sets) so that increase() in alerts sees the first event. Call it
 // when a network's store is first seen; it is idempotent.
 func (m *Metrics) InitNetwork(network string, rangeSets ...string) {
-	for _, r := range []string{ReclaimSandboxAbsent, ReclaimNetnsGone, ReclaimPredatesBoot, ReclaimManual} {
+	for _, r := range []string{ReclaimSandboxAbsent, ReclaimNetnsGone, ReclaimPredatesBoot, ReclaimHostLocalGone, ReclaimManual} {
 		m.Reclaims.WithLabelValues(network, r)
 	}
 	for _, r := range []string{VetoPodListsIP, VetoMassReclaimGuard} {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -105,7 +106,11 @@ type NetworkReport struct {
 	// ReReserved the re-reservations written.
 	ReReserve  []ReReserve
 	ReReserved []ReReserve
-	Err        error
+	// hostLocalGone is set when a record imported from host-local has lost
+	// its reservation file; HostLocalReleased lists what the write released.
+	hostLocalGone     bool
+	HostLocalReleased []*allocator.Record
+	Err               error
 }
 
 // SweepReport is the outcome of one sweep.
@@ -137,6 +142,13 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	if err != nil {
 		s.Log.Error("cannot list stores", "dataDir", s.Opts.DataDir, "error", err)
 		rep.Result = SweepStoreError
+	}
+	if !s.Opts.DryRun {
+		// A plugin killed during a network's first use leaves its temporary
+		// store behind; nothing else removes it.
+		if removed, err := allocator.CleanStaleTemp(s.Opts.DataDir, allocator.StaleTempAge, time.Now()); len(removed) > 0 || err != nil {
+			s.Log.Info("removed stale temporary store files", "files", removed, "error", err)
+		}
 	}
 	// The boot time is read before CRI is listed: a committed record written
 	// before the boot cannot belong to a sandbox CRI lists, so it does not
@@ -206,6 +218,12 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 		s.rebuild(ctx, nr, view, sandboxes)
 		if nr.Err != nil {
 			rep.Result = SweepStoreError
+		}
+	}
+
+	for _, nr := range rep.Networks {
+		if nr.Snapshot != nil && nr.Err == nil {
+			nr.hostLocalGone = hostLocalFileGone(s.hostLocalDir(nr.Network), nr.Snapshot.Records)
 		}
 	}
 
@@ -426,7 +444,7 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	plan := planWrites(nr.Snapshot, nr.Verdict, s.maxInfoWrites(), now)
 	rereserve := slices.ContainsFunc(nr.ReReserve, func(rr ReReserve) bool { return !rr.Conflict })
-	if len(plan) == 0 && !rereserve {
+	if len(plan) == 0 && !rereserve && !nr.hostLocalGone {
 		// Nothing to store: no write transaction, so no exclusive lock and no
 		// fdatasyncs (an empty bbolt commit still writes its meta page) that
 		// plugin calls would wait behind.
@@ -439,13 +457,18 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	defer st.Close()
 	var reclaimed []*allocator.Record
 	var stored []allocator.Rewrite
-	var rereserved []ReReserve
+	var rereserved, hlReleased = []ReReserve(nil), []*allocator.Record(nil)
 	committed := 0
 	err = st.Update(func(tx *allocator.Tx) error {
 		reclaimed, stored, committed = nil, stored[:0], 0
 		var err error
 		if rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, nr.ReReserve, now); err != nil {
 			return err
+		}
+		if nr.hostLocalGone {
+			if hlReleased, err = allocator.ReleaseVanishedHostLocal(tx, s.hostLocalDir(nr.Network), now); err != nil {
+				return err
+			}
 		}
 		for _, w := range plan {
 			d := w.d
@@ -493,7 +516,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 		return nil
 	})
 	if err == nil {
-		nr.Reclaimed, nr.Committed, nr.ReReserved = reclaimed, committed, rereserved
+		nr.Reclaimed, nr.Committed, nr.ReReserved, nr.HostLocalReleased = reclaimed, committed, rereserved, hlReleased
 		// What was just written need not be decoded again next sweep.
 		cache := s.decodeCache(nr.Path)
 		for _, w := range stored {
@@ -580,6 +603,10 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 		}
 	}
 	s.reportReReserves(ctx, log, nr, api)
+	for _, r := range nr.HostLocalReleased {
+		log.Info("released address imported from host-local: its reservation file was removed (host-local DEL by a runtime with a cached host-local config)",
+			"ip", r.IP, "container", r.ContainerID, "ifname", r.IfName)
+	}
 	if s.Opts.DryRun {
 		for _, d := range nr.Verdict.Decisions {
 			if d.Action == Reclaim {
@@ -633,6 +660,7 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 	for _, r := range nr.Reclaimed {
 		m.Reclaims.WithLabelValues(nr.Network, decisionFor(nr.Verdict, r).Reason).Inc()
 	}
+	m.Reclaims.WithLabelValues(nr.Network, ReclaimHostLocalGone).Add(float64(len(nr.HostLocalReleased)))
 	if nr.Verdict.Guarded {
 		m.ReclaimGuardTripped.WithLabelValues(nr.Network).Inc()
 		m.Vetoes.WithLabelValues(nr.Network, VetoMassReclaimGuard).Add(float64(nr.Verdict.WouldReclaim))
@@ -646,7 +674,7 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 				used++
 			}
 		}
-		for _, r := range nr.Reclaimed {
+		for _, r := range slices.Concat(nr.Reclaimed, nr.HostLocalReleased) {
 			if r.RangeSet == u.RangeSet {
 				used--
 			}
@@ -739,4 +767,37 @@ func short(id string) string {
 		return id[:13]
 	}
 	return id
+}
+
+// hostLocalDir is where host-local keeps the network's state, by the plugin's
+// rule: beside the stores when the ipam dataDir is set, else host-local's
+// default.
+func (s *Sweeper) hostLocalDir(network string) string {
+	base := s.Opts.DataDir
+	if filepath.Clean(base) == allocator.DefaultStoreDir {
+		base = allocator.DefaultHostLocalDir
+	}
+	return allocator.HostLocalDir(base, network)
+}
+
+// hostLocalFileGone reports whether a record imported from host-local has
+// lost its reservation file in dir (which must exist: a missing directory
+// proves nothing about single containers). Only then does a sweep write.
+func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
+	checked := false
+	for _, r := range recs {
+		if r.Source != allocator.SourceHostLocal {
+			continue
+		}
+		if !checked {
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return false
+			}
+			checked = true
+		}
+		if _, err := os.Lstat(filepath.Join(dir, r.IP.String())); errors.Is(err, os.ErrNotExist) {
+			return true
+		}
+	}
+	return false
 }
