@@ -135,3 +135,39 @@ func TestExitCodesDocumentedInHelp(t *testing.T) {
 		}
 	}
 }
+
+// An environment error is not damage: a store path that is a symlink (the
+// plugin never follows one) is reported by list and status (exit 1), and
+// rebuild refuses to touch it, even with --force.
+func TestRebuildNeverActsOnEnvironmentErrors(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "real", dataDir: dataDir, rangeSets: subnets("10.91.0.0/24")}
+	add(t, n, "sandbox-a")
+	link := allocator.StorePath(dataDir, "linked")
+	if err := os.Symlink(allocator.StorePath(dataDir, "real"), link); err != nil {
+		t.Fatal(err)
+	}
+	if r := gcExec(t, "list", "--data-dir", dataDir); r.code != exitFailed || !strings.Contains(r.stderr, "network linked") {
+		t.Errorf("list with a symlinked store:\n%s", r)
+	}
+	if r := gcExec(t, "status", "--data-dir", dataDir); r.code != exitFailed || !strings.Contains(r.stdout, "ERROR") {
+		t.Errorf("status with a symlinked store:\n%s", r)
+	}
+	cri := startCRI(t)
+	for _, force := range []bool{false, true} {
+		args := []string{"rebuild", "--data-dir", dataDir, "--network", "linked", "--cri-endpoint", cri.Endpoint()}
+		if force {
+			args = append(args, "--force")
+		}
+		r := gcExec(t, args...)
+		if r.code != exitFailed || !strings.Contains(r.stderr, "not rebuilding") || !strings.Contains(r.stderr, "not damage") {
+			t.Errorf("%q: want a refusal saying it is not damage\n%s", args, r)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("rebuild replaced the symlink: %v %v", fi, err)
+		}
+		if m, _ := filepath.Glob(filepath.Join(dataDir, "*.corrupt-*")); len(m) != 0 {
+			t.Errorf("rebuild set a store aside for an environment error: %v", m)
+		}
+	}
+}
