@@ -354,9 +354,8 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) 
 	facts := NetnsFacts{}
 	if f, err := os.Open(dir); err == nil {
 		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			names, err := f.Readdirnames(1)
+			_, err := f.Readdirnames(1)
 			facts.Visible = err == nil || errors.Is(err, io.EOF)
-			facts.Entries = len(names)
 		}
 		f.Close()
 	}
