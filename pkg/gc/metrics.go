@@ -211,6 +211,10 @@ func (m *Metrics) InitNetwork(network string, rangeSets ...string) {
 		m.AddressesReReserved.WithLabelValues(network, r)
 	}
 	m.AddressConflicts.WithLabelValues(network)
+	m.DamagedRecords.WithLabelValues(network)
+	for _, c := range []string{ClassEnvironment, ClassUnreadable, ClassDamagedPage, ClassOther} {
+		m.StoreErrors.WithLabelValues(network, c, "")
+	}
 	for _, rs := range rangeSets {
 		m.AllocationFailures.WithLabelValues(network, rs, FailureExhausted)
 	}

@@ -210,6 +210,9 @@ func (s *Sweeper) reportReReserves(ctx context.Context, log interface {
 		}
 		log.Error("ADDRESS CONFLICT: two READY sandboxes use one address; not rewritten, a person must look",
 			"ip", rr.IP, "sandbox", rr.Sandbox.ID, "pod", pod(rr.Sandbox), "recordedFor", prev(rr))
+		if s.Opts.DryRun {
+			continue
+		}
 		event(rr, "Warning", "AddressConflict", fmt.Sprintf("hostlease-gc: %s (network %s) is used by sandbox %s and recorded for READY sandbox %s",
 			rr.IP, nr.Network, short(rr.Sandbox.ID), short(prev(rr))))
 	}

@@ -354,9 +354,8 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) 
 	facts := NetnsFacts{}
 	if f, err := os.Open(dir); err == nil {
 		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			names, err := f.Readdirnames(1)
+			_, err := f.Readdirnames(1)
 			facts.Visible = err == nil || errors.Is(err, io.EOF)
-			facts.Entries = len(names)
 		}
 		f.Close()
 	}
@@ -617,7 +616,9 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 	if nr.Verdict.Guarded {
 		log.Error("MASS-RECLAIM GUARD: refusing to reclaim without proof of death; a person must look (hostlease-gc leaks)",
 			"wouldReclaim", nr.Verdict.WouldReclaim, "limit", nr.Verdict.GuardLimit, "records", nr.Snapshot.Held(),
-			"maxFraction", s.Opts.MaxReclaimFraction, "provenReclaims", nr.Verdict.Proven)
+			"maxFraction", s.Opts.MaxReclaimFraction, "provenReclaims", nr.Verdict.Proven, "dryRun", s.Opts.DryRun)
+	}
+	if nr.Verdict.Guarded && !s.Opts.DryRun { // `leaks` (a dry run) posts no Events
 		if err := s.Kube.Event(ctx, api, nil, "Warning", "MassReclaimRefused",
 			fmt.Sprintf("hostlease-gc refused to reclaim %d addresses of network %s at once without proof of death (limit %d of its %d records)",
 				nr.Verdict.WouldReclaim, nr.Network, nr.Verdict.GuardLimit, nr.Snapshot.Held())); err != nil {
