@@ -11,47 +11,78 @@ import (
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
-// cmdRebuild sets a network's store aside and rebuilds it from the runtime's
-// READY sandboxes. Without --force it only acts on an unreadable store.
+// cmdRebuild sets a network's store aside and rebuilds it with
+// gc.RebuildStore, the daemon's engine: from the runtime's sandboxes and from
+// whatever of the old store can still be read (records that decode are kept,
+// damaged ones keep their addresses reserved).
+//   - a store bbolt cannot open, or one holding damaged records, is rebuilt
+//     as asked;
+//   - one with a damaged page needs --force (the plugin still serves from its
+//     readable pages; what only the damaged page holds is lost);
+//   - a healthy store needs --force.
+//
+// Environment errors (permissions, read-only, no space...) are never a
+// reason to rebuild: they are reported as they are.
 func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("rebuild", stderr)
-	dataDir := fs.String("data-dir", gc.DefaultDataDir, "directory holding the <network>.db stores")
+	dataDir := dataDirFlag(fs)
 	network := fs.String("network", "", "the network whose store to rebuild (required)")
 	endpoint := fs.String("cri-endpoint", gc.DefaultCRIEndpoint, "CRI runtime endpoint (unix socket)")
-	force := fs.Bool("force", false, "rebuild even though the store is readable (pending ADDs in flight are forgotten)")
+	force := fs.Bool("force", false, "rebuild a store that is healthy or has a damaged page (what only that page holds is lost)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *network == "" {
 		return fmt.Errorf("%w: --network is required", errUsage)
 	}
-	path := allocator.StorePath(*dataDir, *network)
-	snap, err := gc.ReadSnapshot(path)
-	switch {
-	case err == nil && !*force:
-		return fmt.Errorf("store %s is readable (%d records); pass --force to rebuild it anyway", path, len(snap.Records))
-	case err != nil && !errors.Is(err, allocator.ErrStoreUnreadable):
+	if err := checkCRIEndpoint(*endpoint); err != nil {
 		return err
 	}
+	files, err := selectStores(*dataDir, *network)
+	if err != nil {
+		return err
+	}
+	f := files[0]
+	view, readErr := readStore(f)
 	var sets []allocator.StoredRangeSet
-	if snap != nil {
-		sets = snap.RangeSets
+	switch {
+	case readErr == nil && len(view.Damaged) == 0 && !*force:
+		return fmt.Errorf("store %s is readable (%d records); pass --force to rebuild it anyway (no record is damaged)", f.Path, len(view.Records))
+	case readErr == nil:
+		sets = view.RangeSets
+	case errors.Is(readErr, allocator.ErrStorePageDamaged) && !*force:
+		// The plugin still serves from the pages it can read: a rebuild
+		// loses what only the damaged page holds (ADDs in flight).
+		return fmt.Errorf("store %s is damaged (%v); pass --force to set it aside and rebuild it from CRI and its readable pages (allocations only the damaged page holds are lost)", f.Path, readErr)
+	case allocator.IsDamage(readErr):
+		// RebuildStore reads the range sets from the old store if it can.
+	default:
+		return fmt.Errorf("not rebuilding: %w (not damage: fix the cause)", readErr)
 	}
 	cri, err := gc.DialCRI(*endpoint)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	defer cri.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	view, sandboxes := gc.ListView(ctx, cri, 0, time.Now())
-	if !view.Complete {
-		return fmt.Errorf("not rebuilding: %s", view.Why)
+	committed := 0
+	if view != nil {
+		for _, r := range view.Records {
+			if r.State == allocator.StateCommitted {
+				committed++
+			}
+		}
 	}
-	aside, n, err := gc.RebuildStore(ctx, cri, path, *network, sandboxes, sets, time.Now().UTC())
+	crView, sandboxes := gc.ListView(ctx, cri, committed, time.Now())
+	if !crView.Complete {
+		return fmt.Errorf("not rebuilding: %s", crView.Why)
+	}
+	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, *network, sandboxes, sets, time.Now().UTC())
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "rebuilt %s with %d record(s) from %d sandbox(es); previous store kept as %s\n", path, n, len(sandboxes), aside)
-	return err
+	printf(stdout, "rebuilt %s with %d record(s) from %d sandbox(es) and what could be read of the old store; previous store kept as %s",
+		f.Path, n, len(sandboxes), aside)
+	return nil
 }

@@ -24,15 +24,29 @@ func commands() []command {
 		{"list", "list [--data-dir D] [--network N] [-o table|json]", "every allocation: IP, pod, sandbox, state, age", cmdList},
 		{"leaks", "leaks [--data-dir D] [--cri-endpoint E] [policy flags] [-o table|json]", "what a sweep would reclaim now, and why (or why not)", cmdLeaks},
 		{"release", "release IP|--sandbox ID [--network N] [--yes]", "release an address (or a sandbox's addresses) by hand", cmdRelease},
+		{"audit", "audit [--data-dir D] [--network N] [--limit N] [-o table|json]", "the stores' audit logs: releases, reclaims, imports, rebuilds, repairs", cmdAudit},
 		{"import", "import --network N [--host-local-dir D]", "import host-local state into a store", cmdImport},
 		{"export", "export --network N [--host-local-dir D]", "write a store back as host-local files (rollback)", cmdExport},
-		{"rebuild", "rebuild --network N [--cri-endpoint E] [--force]", "set an unreadable store aside and rebuild it from CRI", cmdRebuild},
+		{"rebuild", "rebuild --network N [--cri-endpoint E] [--force]", "set a damaged store aside and rebuild it from CRI and what still decodes", cmdRebuild},
 		{"version", "version", "print the version", func(_ []string, out, _ io.Writer) error { _, err := fmt.Fprintln(out, versionString()); return err }},
 	}
 }
 
+// Exit codes, the same for every command (usage text and docs/runbook.md
+// list them).
+const (
+	exitOK      = 0 // done; nothing wrong found
+	exitFailed  = 1 // failed, or could not see everything asked for (a store it cannot read, CRI not answering)
+	exitUsage   = 2 // bad command line: unknown flag, missing or unusable value
+	exitDamaged = 3 // done, and every store was read, but some hold damaged (quarantined) records
+)
+
 // errUsage marks an error caused by how the command was called (exit code 2).
 var errUsage = errors.New("usage")
+
+// errDamaged marks a command that did its work and found damaged records
+// (exit code 3); failures take precedence (exit code 1).
+var errDamaged = errors.New("damaged records found")
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -53,20 +67,37 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err := c.run(args[1:], stdout, stderr)
 		switch {
 		case err == nil:
-			return 0
+			return exitOK
 		case errors.Is(err, flag.ErrHelp):
-			return 0
+			return exitOK
 		case errors.Is(err, errUsage):
-			fmt.Fprintf(stderr, "hostlease-gc %s: %v\nusage: hostlease-gc %s\n", c.name, err, c.usage)
-			return 2
+			printf(stderr, "hostlease-gc %s: %v", c.name, err)
+			fmt.Fprintf(stderr, "usage: hostlease-gc %s\n", c.usage)
+			return exitUsage
+		case errors.Is(err, errDamaged):
+			printf(stderr, "hostlease-gc %s: %v", c.name, err)
+			return exitDamaged
 		}
-		fmt.Fprintf(stderr, "hostlease-gc %s: %v\n", c.name, err)
-		return 1
+		printf(stderr, "hostlease-gc %s: %v", c.name, err)
+		return exitFailed
 	}
-	fmt.Fprintf(stderr, "hostlease-gc: unknown command %q\n", args[0])
+	printf(stderr, "hostlease-gc: unknown command %q", args[0])
 	usage(stderr)
-	return 2
+	return exitUsage
 }
+
+const exitCodesHelp = `
+Exit status (every command):
+  0  done; nothing wrong found
+  1  failed, or could not see everything asked for: a data dir or store it
+     cannot read, a status row in ERROR, CRI not answering (leaks, rebuild)
+  2  bad command line: unknown flag, missing or unusable flag value
+  3  done and every store was read, but some records are damaged (DAMAGED
+     rows in list/status; also from leaks, export): release them by IP or
+     rebuild the store
+Text output escapes control characters (\t, \n, \x1b, \u202e, \\);
+-o json is exact JSON.
+`
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "hostlease-gc: reclaims addresses leaked by failed CNI chains, and shows what the node holds.\n\nCommands:")
@@ -74,4 +105,5 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'hostlease-gc COMMAND --help' for a command's flags.")
+	fmt.Fprint(w, exitCodesHelp)
 }

@@ -27,6 +27,18 @@ func hostLocalFileName(ip netip.Addr) string { return ip.String() }
 // HostLocalDir is where host-local keeps a network's state under dir.
 func HostLocalDir(dir, network string) string { return filepath.Join(dir, network) }
 
+// HostLocalBaseFor is host-local's data dir for a network whose store lives
+// under storeDir, by the rule the plugin's config follows: an ipam dataDir D
+// holds both the store (D/<network>.db) and host-local's state (D/<network>/);
+// without one the store is under DefaultStoreDir and host-local's state under
+// DefaultHostLocalDir.
+func HostLocalBaseFor(storeDir string) string {
+	if filepath.Clean(storeDir) == DefaultStoreDir {
+		return DefaultHostLocalDir
+	}
+	return storeDir
+}
+
 // ImportHostLocal copies host-local state from dir into the store so that no
 // address in use there is handed out again. Imported records are committed
 // (they were in use), keep their owner, and are attributed to the range set that
@@ -124,6 +136,12 @@ func ExportHostLocal(tx *Tx, dir string) (int, error) {
 		return n, err
 	}
 	sets, err := tx.RangeSets()
+	if errors.Is(err, ErrDamagedValue) {
+		// Without the range sets there are no round-robin points to write:
+		// host-local then starts at each range's start. Every reservation is
+		// written all the same.
+		return n, nil
+	}
 	if err != nil {
 		return n, err
 	}
@@ -152,3 +170,7 @@ func writeFileAtomic(path string, data []byte) error {
 func (tx *Tx) MarkMigrated(now time.Time) error {
 	return tx.meta.Put(keyImported, []byte(now.UTC().Format(time.RFC3339)))
 }
+
+// ValidNetworkName reports whether name is a network name the plugin accepts,
+// and so one that can name a store file and a host-local directory.
+func ValidNetworkName(name string) bool { return validNetworkName(name) == nil }

@@ -361,7 +361,10 @@ func FullRangeSets(tx *Tx, sets []StoredRangeSet) []int {
 	return full
 }
 
-// PoolUsage is the size and use of one range set.
+// PoolUsage is the size and use of one range set, exactly: an IPv6 range's
+// size exceeds every machine integer (a /64 holds 2^64 addresses) and a
+// float64 cannot tell 2^64 from 2^64-1, so sizes are big integers. Only
+// metrics turn them into floats, at the Prometheus edge.
 type PoolUsage struct {
 	RangeSet int
 	Desc     string
@@ -369,9 +372,12 @@ type PoolUsage struct {
 	Used     int      // reserved addresses inside the range set
 }
 
-// Free is Size - Used, as a float for metrics (IPv6 sizes exceed int64).
-func (p PoolUsage) Free() float64 {
-	f, _ := new(big.Int).Sub(p.Size, big.NewInt(int64(p.Used))).Float64()
+// Free is Size - Used, exactly (never negative).
+func (p PoolUsage) Free() *big.Int {
+	f := new(big.Int).Sub(p.Size, big.NewInt(int64(p.Used)))
+	if f.Sign() < 0 {
+		f.SetInt64(0)
+	}
 	return f
 }
 
