@@ -360,9 +360,18 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) 
 		f.Close()
 	}
 	if facts.Visible {
+		// A wrong mount hides every netns, so a few READY sandboxes tell: the
+		// check costs a handful of lstats, not one per live record.
+		checked := 0
 		for _, r := range snap.Records {
-			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && netnsUnder(r.Netns, dir) && netnsMissing(r.Netns) {
-				facts.LiveMissing++
+			if checked == liveNetnsSample {
+				break
+			}
+			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && netnsUnder(r.Netns, dir) {
+				checked++
+				if netnsMissing(r.Netns) {
+					facts.LiveMissing++
+				}
 			}
 		}
 	}
@@ -388,6 +397,10 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) 
 	}
 	return out
 }
+
+// liveNetnsSample is how many READY sandboxes' netns a sweep looks for to
+// tell whether --netns-dir is the runtime's.
+const liveNetnsSample = 16
 
 // netnsMissing reports whether path provably does not exist (any other error
 // proves nothing).
