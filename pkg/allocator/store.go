@@ -247,15 +247,16 @@ func create(path string) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp)
+	// Errors name the store: the temporary file is removed on return.
 	if err := f.Close(); err != nil {
-		return &StoreIOError{Op: "create", Path: tmp, Err: unwrapPath(err)}
+		return &StoreIOError{Op: "create", Path: path, Err: unwrapPath(err)}
 	}
 	db, err := bolt.Open(tmp, 0o600, nil) // an empty file: bbolt initialises it
 	if err != nil {
-		return classifyOpenError(tmp, "create", err)
+		return classifyOpenError(path, "create", err)
 	}
 	if err := db.Close(); err != nil {
-		return classifyOpenError(tmp, "create", err)
+		return classifyOpenError(path, "create", err)
 	}
 	// link(2) never follows its new path: a symlink there (dangling or not)
 	// is EEXIST, and the Open that follows refuses it.
@@ -300,6 +301,11 @@ func (s *Store) init() (err error) {
 		if meta == nil {
 			return nil
 		}
+		if meta.Get(keySchema) != nil && btx.Bucket(bucketAllocs) == nil {
+			// An initialised store without its records: recreating the
+			// bucket would hand every address in use out again.
+			return fmt.Errorf("%w: %s lacks its allocs bucket", ErrStoreUnreadable, s.path)
+		}
 		if v := meta.Get(keySchema); len(v) == 1 && int(v[0]) < SchemaVersion {
 			return nil // raised below
 		} else if v == nil {
@@ -320,6 +326,15 @@ func (s *Store) init() (err error) {
 	}); err != nil || ready {
 		return err
 	}
+	return s.upgrade()
+}
+
+// upgrade creates missing buckets and derived indexes and raises the schema
+// (first use, or a store of an earlier version). A page it then fails to read
+// is page damage, as in any later transaction: the daemon's open reads no more
+// than init's first look, so it must not be told to rebuild.
+func (s *Store) upgrade() (err error) {
+	defer recoverDamaged(&err, s.path)
 	return s.db.Update(func(btx *bolt.Tx) error {
 		backfill := btx.Bucket(bucketTaken) == nil && btx.Bucket(bucketAllocs) != nil
 		backfillOwners := btx.Bucket(bucketOwners) == nil && btx.Bucket(bucketAllocs) != nil
@@ -355,7 +370,7 @@ func (s *Store) init() (err error) {
 			// (one that does not is left to hostlease-gc, as everywhere).
 			owners := btx.Bucket(bucketOwners)
 			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
-				if r, err := decodeRecord(v); err == nil {
+				if r, err := decodeAt(k, v); err == nil {
 					return owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), k...), nil)
 				}
 				return nil
@@ -368,7 +383,7 @@ func (s *Store) init() (err error) {
 			// records are those whose source says so.
 			imported := btx.Bucket(bucketImported)
 			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
-				if r, err := decodeRecord(v); err == nil && r.Source == SourceHostLocal {
+				if r, err := decodeAt(k, v); err == nil && r.Source == SourceHostLocal {
 					return imported.Put(k, nil)
 				}
 				return nil
