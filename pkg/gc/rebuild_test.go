@@ -91,6 +91,10 @@ func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 	if err := os.MkdirAll(hl, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// host-local keeps a lock file in its dir on every call; its DEL leaves it.
+	if err := os.WriteFile(hl+"/lock", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"10.1.0.50", "10.1.0.51"} {
 		if err := os.WriteFile(hl+"/"+f, []byte("ctr-"+f+"\r\neth0"), 0o644); err != nil {
 			t.Fatal(err)

@@ -795,8 +795,9 @@ func (s *Sweeper) hostLocalDir(network string) string {
 }
 
 // hostLocalFileGone reports whether a record imported from host-local has
-// lost its reservation file in dir (which must exist: a missing directory
-// proves nothing about single containers). Only then does a sweep write.
+// lost its reservation file in dir (which must exist with host-local's lock
+// file: a missing or wiped directory proves nothing about single containers).
+// Only then does a sweep write.
 func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
 	checked := false
 	for _, r := range recs {
@@ -805,6 +806,11 @@ func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
 		}
 		if !checked {
 			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return false
+			}
+			// host-local's DEL leaves its lock file; a wiped directory has
+			// none and proves nothing (ReleaseVanishedHostLocal's rule).
+			if _, err := os.Lstat(filepath.Join(dir, "lock")); err != nil {
 				return false
 			}
 			checked = true
