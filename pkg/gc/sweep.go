@@ -685,7 +685,12 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 			m.Vetoes.WithLabelValues(nr.Network, VetoPodListsIP).Inc()
 		}
 	}
-	m.SetAllocations(nr.Network, pending+len(nr.Snapshot.Damaged), committedN+len(nr.ReReserved))
+	for _, rr := range nr.ReReserved {
+		if rr.Reason != ReReserveOtherOwner { // a new record (a replaced one was counted)
+			committedN++
+		}
+	}
+	m.SetAllocations(nr.Network, pending, committedN)
 	m.DamagedRecords.WithLabelValues(nr.Network).Set(float64(len(nr.Snapshot.Damaged)))
 	for _, rr := range nr.ReReserved {
 		m.AddressesReReserved.WithLabelValues(nr.Network, rr.Reason).Inc()
