@@ -167,8 +167,10 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 		nr := &NetworkReport{Network: f.Network, Path: f.Path}
 		rep.Networks = append(rep.Networks, nr)
 		nr.Snapshot, nr.Err = readSnapshot(f.Path, s.decodeCache(f.Path), verify)
-		if nr.Snapshot != nil && nr.Snapshot.Network != "" {
-			nr.Network = nr.Snapshot.Network
+		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && allocator.StorePath(filepath.Dir(f.Path), n.Network) == f.Path {
+			// A name too long for a file name: the file's is shortened.
+			// (A copy of another network's store keeps its file's name.)
+			nr.Network = n.Network
 		}
 		switch class := ErrorClass(nr.Err); class {
 		case "":
@@ -282,7 +284,8 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 			if err := s.apply(nr, now); err != nil {
 				nr.Err = err
 				rep.Result = SweepStoreError
-				s.Log.Error("could not apply sweep to store", "network", nr.Network, "error", err)
+				s.countStoreError(nr, ErrorClass(err))
+				s.Log.Error("could not apply sweep to store", "network", nr.Network, "class", ErrorClass(err), "errno", errnoOf(err), "error", err)
 			}
 		}
 		s.report(ctx, nr, api)
