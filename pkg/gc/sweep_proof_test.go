@@ -237,3 +237,30 @@ func TestSweepNamesLongNetworkByItsStore(t *testing.T) {
 		t.Fatalf("leak candidates under the real name = %v", got)
 	}
 }
+
+// A store that turns unreadable while the runtime answers with no sandbox at
+// all is not rebuilt from that answer when it held committed records when
+// last read (the empty answer is implausible); it is once the runtime lists
+// its sandboxes again.
+func TestSweepNoRebuildFromEmptyAnswer(t *testing.T) {
+	e := newSweepEnv(t)
+	a := e.alloc("sb-a", t0.Add(-time.Hour))
+	e.cri.set("sb-a", SandboxReady, a.IP)
+	e.sweepAt(t0) // commits sb-a's record
+	e.sweepAt(t0.Add(time.Second))
+	if err := os.Truncate(e.path, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.cri.remove("sb-a")
+	rep := e.sweepAt(t0.Add(time.Minute))
+	if nr := e.net(rep); rep.CRI.Complete || nr.Rebuilt != "" {
+		t.Fatalf("rebuilt from an empty answer: complete %v rebuilt %q", rep.CRI.Complete, nr.Rebuilt)
+	}
+	e.cri.set("sb-a", SandboxReady, a.IP)
+	if nr := e.net(e.sweepAt(t0.Add(2 * time.Minute))); nr.Rebuilt == "" {
+		t.Fatalf("not rebuilt once the runtime listed its sandbox: %v", nr.Err)
+	}
+	if recs := e.records(); recs[a.IP] == nil {
+		t.Fatalf("rebuilt store %v", keys(recs))
+	}
+}
