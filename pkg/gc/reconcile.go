@@ -49,7 +49,7 @@ const ReReserveIfName = "eth0"
 // Nothing is judged without a complete CRI answer or the network's range
 // sets (an address of another network must not be taken into this one).
 func Reconcile(uses []Use, recs []*allocator.Record, damaged []allocator.DamagedRecord, sets []allocator.StoredRangeSet, view CRIView) []ReReserve {
-	if !view.Complete || len(sets) == 0 {
+	if !view.Complete || len(sets) == 0 || len(uses) == 0 {
 		return nil
 	}
 	byIP := make(map[netip.Addr]*allocator.Record, len(recs))
