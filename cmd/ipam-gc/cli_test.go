@@ -205,8 +205,8 @@ func TestStatusTableAndJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &pools); err != nil {
 		t.Fatalf("status -o json is not JSON: %v\n%s", err, out)
 	}
-	if len(pools) != 3 || pools[0].Network != "alpha" || pools[0].Size != 11 || pools[0].Used != 3 || pools[0].Free != 8 ||
-		pools[2].Network != "beta" || pools[2].RangeSet != 1 || pools[2].Size != 17 || pools[2].Free != 16 {
+	if len(pools) != 3 || pools[0].Network != "alpha" || pools[0].Size != "11" || pools[0].Used != 3 || pools[0].Free != "8" ||
+		pools[2].Network != "beta" || pools[2].RangeSet != 1 || pools[2].Size != "17" || pools[2].Free != "16" {
 		t.Errorf("status -o json: %+v", pools)
 	}
 

@@ -1,40 +1,69 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/gc"
 )
 
-// hostLocalFlags registers the flags shared by import and export.
-func hostLocalFlags(name string, stderr io.Writer) (f *flag.FlagSet, dataDir, network, hlDir *string) {
-	f = flagSet(name, stderr)
-	dataDir = f.String("data-dir", gc.DefaultDataDir, "directory holding the <network>.db stores")
-	network = f.String("network", "", "the network name (required)")
-	hlDir = f.String("host-local-dir", allocator.DefaultHostLocalDir, "host-local's data dir (its state is <dir>/<network>/)")
-	return f, dataDir, network, hlDir
+// hostLocalArgs are the flags shared by import and export, checked.
+type hostLocalArgs struct {
+	dataDir, network string
+	// hlBase is host-local's data dir (its state is hlBase/<network>/);
+	// hlGiven says --host-local-dir named it rather than the plugin's rule.
+	hlBase  string
+	hlGiven bool
+}
+
+func parseHostLocalArgs(name string, args []string, stderr io.Writer) (*hostLocalArgs, error) {
+	f := flagSet(name, stderr)
+	dataDir := dataDirFlag(f)
+	network := f.String("network", "", "the network name (required)")
+	hlDir := f.String("host-local-dir", "", "host-local's data dir, holding <dir>/<network>/ (default: the --data-dir when it is not "+
+		allocator.DefaultStoreDir+", as the plugin's ipam dataDir puts both there; otherwise "+allocator.DefaultHostLocalDir+")")
+	if err := parse(f, args); err != nil {
+		return nil, err
+	}
+	if *network == "" {
+		return nil, fmt.Errorf("%w: --network is required", errUsage)
+	}
+	if err := checkNetwork(*network); err != nil {
+		return nil, err
+	}
+	if err := checkDir("--data-dir", *dataDir); err != nil {
+		return nil, err
+	}
+	a := &hostLocalArgs{dataDir: *dataDir, network: *network, hlBase: *hlDir, hlGiven: flagGiven(f, "host-local-dir")}
+	if a.hlGiven {
+		if err := checkDir("--host-local-dir", a.hlBase); err != nil {
+			return nil, err
+		}
+	} else {
+		a.hlBase = allocator.HostLocalBaseFor(a.dataDir)
+	}
+	return a, nil
 }
 
 // cmdImport imports host-local's state for a network into its store. Addresses
 // already in the store are kept as they are.
 func cmdImport(args []string, stdout, stderr io.Writer) error {
-	fs, dataDir, network, hlDir := hostLocalFlags("import", stderr)
-	if err := parse(fs, args); err != nil {
+	a, err := parseHostLocalArgs("import", args, stderr)
+	if err != nil {
 		return err
 	}
-	if *network == "" {
-		return fmt.Errorf("%w: --network is required", errUsage)
+	src := allocator.HostLocalDir(a.hlBase, a.network)
+	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return fmt.Errorf("no host-local state for network %s: %s: %w (host-local's data dir is --host-local-dir)", a.network, src, err)
 	}
-	src := allocator.HostLocalDir(*hlDir, *network)
-	if _, err := os.Stat(src); err != nil {
-		return fmt.Errorf("no host-local state: %w", err)
-	}
-	st, err := allocator.Open(allocator.StorePath(*dataDir, *network), allocator.OpenOptions{Create: true, LockTimeout: 10 * time.Second})
+	st, err := allocator.Open(allocator.StorePath(a.dataDir, a.network), allocator.OpenOptions{Create: true, LockTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -45,10 +74,10 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := tx.SetNetwork(*network); err != nil {
+		if err := tx.SetNetwork(a.network); err != nil {
 			return err
 		}
-		n, err = allocator.ImportHostLocal(tx, src, *network, sets, time.Now())
+		n, err = allocator.ImportHostLocal(tx, src, a.network, sets, time.Now())
 		if err != nil {
 			return err
 		}
@@ -57,25 +86,27 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "imported %d reservation(s) from %s into %s\n", n, src, st.Path())
-	return err
+	printf(stdout, "imported %d reservation(s) from %s into %s", n, src, st.Path())
+	return nil
 }
 
-// cmdExport writes a store back in host-local's format, for rolling back.
+// cmdExport writes a store back in host-local's format, for rolling back:
+// into the directory host-local will read with the same ipam config.
 func cmdExport(args []string, stdout, stderr io.Writer) error {
-	fs, dataDir, network, hlDir := hostLocalFlags("export", stderr)
-	if err := parse(fs, args); err != nil {
+	a, err := parseHostLocalArgs("export", args, stderr)
+	if err != nil {
 		return err
 	}
-	if *network == "" {
-		return fmt.Errorf("%w: --network is required", errUsage)
+	path := allocator.StorePath(a.dataDir, a.network)
+	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no store for network %s: %s does not exist", a.network, path)
 	}
-	st, err := allocator.Open(allocator.StorePath(*dataDir, *network), allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	dst := allocator.HostLocalDir(*hlDir, *network)
+	dst := allocator.HostLocalDir(a.hlBase, a.network)
 	n := 0
 	err = st.View(func(tx *allocator.Tx) error {
 		n, err = allocator.ExportHostLocal(tx, dst)
@@ -84,6 +115,9 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "exported %d reservation(s) to %s\n", n, dst)
-	return err
+	printf(stdout, "exported %d reservation(s) to %s", n, dst)
+	if !a.hlGiven && a.hlBase != allocator.DefaultHostLocalDir {
+		printf(stdout, "host-local reads them with \"dataDir\": %q in the network's ipam config (as hostlease did)", a.hlBase)
+	}
+	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 func cmdList(args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("list", stderr)
-	dataDir := fs.String("data-dir", gc.DefaultDataDir, "directory holding the <network>.db stores")
+	dataDir := dataDirFlag(fs)
 	network := fs.String("network", "", "only this network")
 	out := outputFlag(fs)
 	if err := parse(fs, args); err != nil {
@@ -31,7 +31,7 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	for _, f := range files {
 		snap, err := gc.ReadSnapshot(f.Path)
 		if err != nil {
-			fmt.Fprintf(stderr, "hostlease-gc list: network %s: %v\n", f.Network, err)
+			printf(stderr, "hostlease-gc list: network %s: %v", f.Network, err)
 			unreadable++
 			firstErr = fmt.Errorf("%d store(s) could not be read", unreadable)
 			continue
@@ -56,8 +56,17 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	return firstErr
 }
 
-// selectStores returns the stores to act on: one network's, or all.
+// selectStores returns the stores to act on: one network's, or all. The data
+// dir must exist: a mistyped path is an error, never an empty answer.
 func selectStores(dataDir, network string) ([]gc.StoreFile, error) {
+	if network != "" {
+		if err := checkNetwork(network); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkDir("--data-dir", dataDir); err != nil {
+		return nil, err
+	}
 	files, err := gc.FindStores(dataDir)
 	if err != nil {
 		return nil, err

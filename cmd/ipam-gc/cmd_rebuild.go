@@ -15,7 +15,7 @@ import (
 // READY sandboxes. Without --force it only acts on an unreadable store.
 func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("rebuild", stderr)
-	dataDir := fs.String("data-dir", gc.DefaultDataDir, "directory holding the <network>.db stores")
+	dataDir := dataDirFlag(fs)
 	network := fs.String("network", "", "the network whose store to rebuild (required)")
 	endpoint := fs.String("cri-endpoint", gc.DefaultCRIEndpoint, "CRI runtime endpoint (unix socket)")
 	force := fs.Bool("force", false, "rebuild even though the store is readable (pending ADDs in flight are forgotten)")
@@ -24,6 +24,15 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	}
 	if *network == "" {
 		return fmt.Errorf("%w: --network is required", errUsage)
+	}
+	if err := checkNetwork(*network); err != nil {
+		return err
+	}
+	if *endpoint == "" {
+		return fmt.Errorf("%w: --cri-endpoint must not be empty", errUsage)
+	}
+	if err := checkDir("--data-dir", *dataDir); err != nil {
+		return err
 	}
 	path := allocator.StorePath(*dataDir, *network)
 	snap, err := gc.ReadSnapshot(path)
@@ -39,7 +48,7 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	}
 	cri, err := gc.DialCRI(*endpoint)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	defer cri.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -52,6 +61,6 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "rebuilt %s with %d record(s) from %d sandbox(es); previous store kept as %s\n", path, n, len(sandboxes), aside)
-	return err
+	printf(stdout, "rebuilt %s with %d record(s) from %d sandbox(es); previous store kept as %s", path, n, len(sandboxes), aside)
+	return nil
 }

@@ -20,7 +20,7 @@ var stdin io.Reader = os.Stdin
 // shows what it is about to release and asks for confirmation unless --yes.
 func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("release", stderr)
-	dataDir := fs.String("data-dir", gc.DefaultDataDir, "directory holding the <network>.db stores")
+	dataDir := dataDirFlag(fs)
 	network := fs.String("network", "", "the network (needed when several stores exist)")
 	sandbox := fs.String("sandbox", "", "release every address held by this sandbox (container) ID")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
@@ -32,7 +32,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case len(pos) == 1 && *sandbox == "":
 		a, err := netip.ParseAddr(pos[0])
-		if err != nil {
+		if err != nil || a.Zone() != "" {
 			return fmt.Errorf("%w: %q is not an IP address", errUsage, pos[0])
 		}
 		ip = a.Unmap()
@@ -81,7 +81,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	now := time.Now()
 	for _, t := range targets {
 		for _, r := range t.recs {
-			fmt.Fprintf(stdout, "%s %s held by pod %s, sandbox %s ifname %s, %s, age %s\n",
+			printf(stdout, "%s %s held by pod %s, sandbox %s ifname %s, %s, age %s",
 				t.f.Network, r.IP, orDash(r.PodRef()), r.ContainerID, orDash(r.IfName), r.State, age(now.Sub(r.Created)))
 		}
 	}
@@ -92,7 +92,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("not confirmed; nothing released")
 		}
 	}
-	released := 0
+	released, changed := 0, 0
 	for _, t := range targets {
 		st, err := allocator.Open(t.f.Path, allocator.OpenOptions{LockTimeout: 10 * time.Second})
 		if err != nil {
@@ -102,7 +102,10 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 			for _, want := range t.recs {
 				cur, err := tx.Get(want.IP)
 				if err != nil || cur == nil || cur.ContainerID != want.ContainerID || !cur.Created.Equal(want.Created) {
-					continue // changed since we looked: leave the new allocation alone
+					// Changed since it was shown: leave the new allocation alone.
+					printf(stderr, "hostlease-gc release: %s %s changed since it was shown; not released", t.f.Network, want.IP)
+					changed++
+					continue
 				}
 				if _, err := tx.Delete(cur.IP); err != nil {
 					return err
@@ -120,6 +123,9 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("network %s: %w", t.f.Network, err)
 		}
 	}
-	_, err = fmt.Fprintf(stdout, "released %d address(es)\n", released)
-	return err
+	printf(stdout, "released %d address(es)", released)
+	if changed > 0 {
+		return fmt.Errorf("%d address(es) not released: changed since shown; look again", changed)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -9,23 +10,26 @@ import (
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
-// poolRow is one range set of one network, as `status` shows it.
+// poolRow is one range set of one network, as `status` shows it. Size and
+// Free are exact integers (a /64 holds 2^64 addresses; JSON numbers carry
+// them exactly, whatever a reader then does with them).
 type poolRow struct {
-	Network    string  `json:"network"`
-	RangeSet   int     `json:"rangeSet"`
-	Ranges     string  `json:"ranges"`
-	Size       float64 `json:"size"`
-	Used       int     `json:"used"`
-	Free       float64 `json:"free"`
-	Pending    int     `json:"pending"`
-	Candidates int     `json:"leakCandidates"`
-	Exhausted  uint64  `json:"exhaustions"`
-	Error      string  `json:"error,omitempty"`
+	Network    string      `json:"network"`
+	RangeSet   int         `json:"rangeSet"`
+	Ranges     string      `json:"ranges"`
+	Size       json.Number `json:"size,omitempty"`
+	Used       int         `json:"used"`
+	Free       json.Number `json:"free,omitempty"`
+	Pending    int         `json:"pending"`
+	Candidates int         `json:"leakCandidates"`
+	Exhausted  uint64      `json:"exhaustions"`
+	Note       string      `json:"note,omitempty"`
+	Error      string      `json:"error,omitempty"`
 }
 
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("status", stderr)
-	dataDir := fs.String("data-dir", gc.DefaultDataDir, "directory holding the <network>.db stores")
+	dataDir := dataDirFlag(fs)
 	out := outputFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -33,21 +37,22 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if err := checkOutput(*out); err != nil {
 		return err
 	}
-	files, err := gc.FindStores(*dataDir)
+	files, err := selectStores(*dataDir, "")
 	if err != nil {
 		return err
 	}
 	rows := []poolRow{}
+	unreadable := 0
 	for _, f := range files {
 		snap, err := gc.ReadSnapshot(f.Path)
 		if err != nil {
+			unreadable++
 			rows = append(rows, poolRow{Network: f.Network, RangeSet: -1, Error: err.Error()})
 			continue
 		}
 		for _, u := range snap.Usage {
-			size, _ := u.Size.Float64()
-			row := poolRow{Network: f.Network, RangeSet: u.RangeSet, Ranges: u.Desc, Size: size, Used: u.Used, Free: u.Free(),
-				Exhausted: snap.Exhaustions[u.RangeSet].Count}
+			row := poolRow{Network: f.Network, RangeSet: u.RangeSet, Ranges: u.Desc, Size: json.Number(u.Size.String()), Used: u.Used,
+				Free: json.Number(u.Free().String()), Exhausted: snap.Exhaustions[u.RangeSet].Count}
 			for _, r := range snap.Records {
 				if r.RangeSet != u.RangeSet {
 					continue
@@ -62,24 +67,38 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 			rows = append(rows, row)
 		}
 		if len(snap.Usage) == 0 {
-			rows = append(rows, poolRow{Network: f.Network, RangeSet: -1, Used: len(snap.Records), Error: "no ADD has recorded this network's ranges yet"})
+			rows = append(rows, poolRow{Network: f.Network, RangeSet: -1, Used: len(snap.Records),
+				Note: "ranges unknown until the plugin's next ADD on this network"})
 		}
 	}
+	var failed error
+	if unreadable > 0 {
+		failed = fmt.Errorf("%d store(s) could not be read (ERROR rows)", unreadable)
+	}
 	if *out == "json" {
-		return writeJSON(stdout, rows)
+		if err := writeJSON(stdout, rows); err != nil {
+			return err
+		}
+		return failed
 	}
 	if len(rows) == 0 {
-		_, err := fmt.Fprintf(stdout, "no stores under %s\n", *dataDir)
-		return err
+		printf(stdout, "no stores under %s", *dataDir)
+		return nil
 	}
 	var t [][]string
 	for _, r := range rows {
-		if r.Error != "" {
-			t = append(t, []string{r.Network, "-", "-", "-", strconv.Itoa(r.Used), "-", "-", "-", "-", "ERROR: " + r.Error})
-			continue
+		switch {
+		case r.Error != "":
+			t = append(t, []string{r.Network, "-", "-", "-", "-", "-", "-", "-", "-", "ERROR: " + r.Error})
+		case r.Note != "":
+			t = append(t, []string{r.Network, "-", "-", "-", strconv.Itoa(r.Used), "-", "-", "-", "-", r.Note})
+		default:
+			t = append(t, []string{r.Network, strconv.Itoa(r.RangeSet), r.Ranges, r.Size.String(), strconv.Itoa(r.Used),
+				r.Free.String(), strconv.Itoa(r.Pending), strconv.Itoa(r.Candidates), strconv.FormatUint(r.Exhausted, 10), ""})
 		}
-		t = append(t, []string{r.Network, strconv.Itoa(r.RangeSet), r.Ranges, fmt.Sprintf("%.0f", r.Size), strconv.Itoa(r.Used),
-			fmt.Sprintf("%.0f", r.Free), strconv.Itoa(r.Pending), strconv.Itoa(r.Candidates), strconv.FormatUint(r.Exhausted, 10), ""})
 	}
-	return table(stdout, []string{"NETWORK", "SET", "RANGES", "SIZE", "USED", "FREE", "PENDING", "CANDIDATES", "EXHAUSTIONS", ""}, t)
+	if err := table(stdout, []string{"NETWORK", "SET", "RANGES", "SIZE", "USED", "FREE", "PENDING", "CANDIDATES", "EXHAUSTIONS", ""}, t); err != nil {
+		return err
+	}
+	return failed
 }

@@ -2,14 +2,19 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"math"
+	"os"
 	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -21,10 +26,21 @@ func versionString() string {
 func flagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("hostlease-gc "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		for _, c := range commands() {
+			if c.name == name {
+				fmt.Fprintf(stderr, "usage: hostlease-gc %s\n\n%s.\n\nFlags:\n", c.usage, c.summary)
+			}
+		}
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, exitCodesHelp)
+	}
 	return fs
 }
 
-// parse parses flags, turning a bad flag into a usage error.
+// parse parses flags, turning a bad flag into a usage error. No number flag
+// of any command means anything as NaN or an infinity: those are refused
+// here, naming the flag; ranges are each command's to check.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -32,7 +48,17 @@ func parse(fs *flag.FlagSet, args []string) error {
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	return nil
+	var bad error
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok || bad != nil {
+			return
+		}
+		if v, ok := g.Get().(float64); ok && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			bad = fmt.Errorf("%w: --%s must be a finite number, got %v", errUsage, f.Name, v)
+		}
+	})
+	return bad
 }
 
 // parseInterspersed parses flags that may come before or after the
@@ -78,12 +104,21 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// table writes aligned columns.
+// table writes aligned columns. Every cell is escaped: a tab, newline or
+// terminal escape stored in a pod name or a file cannot forge a row or a
+// column, or reach the terminal.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	line := func(cells []string) {
+		esc := make([]string, len(cells))
+		for i, c := range cells {
+			esc[i] = escape(c)
+		}
+		fmt.Fprintln(tw, strings.Join(esc, "\t"))
+	}
+	line(header)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		line(r)
 	}
 	return tw.Flush()
 }
@@ -108,4 +143,43 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// dataDirFlag registers --data-dir.
+func dataDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("data-dir", gc.DefaultDataDir, "directory holding the plugin's <network>.db stores (the ipam dataDir, when the config names one)")
+}
+
+// checkDir verifies that the directory a flag names exists and is a directory:
+// a mistyped path must not read as "no allocations" or receive new files.
+func checkDir(flagName, dir string) error {
+	if dir == "" {
+		return fmt.Errorf("%w: %s must not be empty", errUsage, flagName)
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s %s: no such directory", flagName, dir)
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", flagName, dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s %s: not a directory", flagName, dir)
+	}
+	return nil
+}
+
+// checkNetwork verifies a --network value is a name the plugin accepts: it
+// names a file and a directory, so it must never be a path.
+func checkNetwork(name string) error {
+	if !allocator.ValidNetworkName(name) {
+		return fmt.Errorf("%w: --network %q is not a network name (letters, digits, '_', '.', '-'; starting with a letter or digit)", errUsage, name)
+	}
+	return nil
+}
+
+// flagGiven reports whether the named flag was given on the command line.
+func flagGiven(f *flag.FlagSet, name string) bool {
+	given := false
+	f.Visit(func(fl *flag.Flag) { given = given || fl.Name == name })
+	return given
 }

@@ -31,8 +31,21 @@ func commands() []command {
 	}
 }
 
+// Exit codes, the same for every command (usage text and docs/runbook.md
+// list them).
+const (
+	exitOK      = 0 // done; nothing wrong found
+	exitFailed  = 1 // failed, or could not see everything asked for (a store it cannot read, CRI not answering)
+	exitUsage   = 2 // bad command line: unknown flag, missing or unusable value
+	exitDamaged = 3 // done, and every store was read, but some hold damaged (quarantined) records
+)
+
 // errUsage marks an error caused by how the command was called (exit code 2).
 var errUsage = errors.New("usage")
+
+// errDamaged marks a command that did its work and found damaged records
+// (exit code 3); failures take precedence (exit code 1).
+var errDamaged = errors.New("damaged records found")
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -53,20 +66,36 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err := c.run(args[1:], stdout, stderr)
 		switch {
 		case err == nil:
-			return 0
+			return exitOK
 		case errors.Is(err, flag.ErrHelp):
-			return 0
+			return exitOK
 		case errors.Is(err, errUsage):
-			fmt.Fprintf(stderr, "hostlease-gc %s: %v\nusage: hostlease-gc %s\n", c.name, err, c.usage)
-			return 2
+			printf(stderr, "hostlease-gc %s: %v", c.name, err)
+			fmt.Fprintf(stderr, "usage: hostlease-gc %s\n", c.usage)
+			return exitUsage
+		case errors.Is(err, errDamaged):
+			printf(stderr, "hostlease-gc %s: %v", c.name, err)
+			return exitDamaged
 		}
-		fmt.Fprintf(stderr, "hostlease-gc %s: %v\n", c.name, err)
-		return 1
+		printf(stderr, "hostlease-gc %s: %v", c.name, err)
+		return exitFailed
 	}
-	fmt.Fprintf(stderr, "hostlease-gc: unknown command %q\n", args[0])
+	printf(stderr, "hostlease-gc: unknown command %q", args[0])
 	usage(stderr)
-	return 2
+	return exitUsage
 }
+
+const exitCodesHelp = `
+Exit status (every command):
+  0  done; nothing wrong found
+  1  failed, or could not see everything asked for: a data dir or store it
+     cannot read, a status row in ERROR, CRI not answering (leaks, rebuild)
+  2  bad command line: unknown flag, missing or unusable flag value
+  3  done and every store was read, but some records are damaged (DAMAGED
+     rows in list/status): release them by IP or rebuild the store
+Text output escapes control characters (\t, \n, \x1b, \u202e, \\);
+-o json is exact JSON.
+`
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "hostlease-gc: reclaims addresses leaked by failed CNI chains, and shows what the node holds.\n\nCommands:")
@@ -74,4 +103,5 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'hostlease-gc COMMAND --help' for a command's flags.")
+	fmt.Fprint(w, exitCodesHelp)
 }

@@ -19,8 +19,24 @@ const (
 	hostLocalLineBreak  = "\r\n"
 )
 
+// hostLocalFileName is the name of host-local's reservation file for ip (its
+// disk backend: the address as text).
+func hostLocalFileName(ip netip.Addr) string { return ip.String() }
+
 // HostLocalDir is where host-local keeps a network's state under dir.
 func HostLocalDir(dir, network string) string { return filepath.Join(dir, network) }
+
+// HostLocalBaseFor is host-local's data dir for a network whose store lives
+// under storeDir, by the rule the plugin's config follows: an ipam dataDir D
+// holds both the store (D/<network>.db) and host-local's state (D/<network>/);
+// without one the store is under DefaultStoreDir and host-local's state under
+// DefaultHostLocalDir.
+func HostLocalBaseFor(storeDir string) string {
+	if filepath.Clean(storeDir) == DefaultStoreDir {
+		return DefaultHostLocalDir
+	}
+	return storeDir
+}
 
 // ImportHostLocal copies host-local state from dir into the store so that no
 // address in use there is handed out again. Imported records are committed
@@ -59,7 +75,7 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 			continue // "lock" and anything else that is not an address
 		}
 		ip = ip.Unmap()
-		if tx.Taken(ip) {
+		if tx.Taken(ip) || tx.hasRecord(ip) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -69,7 +85,7 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 		id, ifname, _ := strings.Cut(strings.TrimSpace(string(data)), hostLocalLineBreak)
 		rec := &Record{
 			IP: ip, RangeSet: -1, ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifname),
-			Network: network, State: StateCommitted, Source: "host-local", Created: now, Committed: now,
+			Network: network, State: StateCommitted, Source: SourceHostLocal, Created: now, Committed: now,
 		}
 		for si, set := range sets {
 			if ri := rangeFor(set, ip); ri >= 0 {
@@ -81,10 +97,15 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 		if err := tx.Put(rec); err != nil {
 			return n, err
 		}
+		if tx.imported != nil {
+			if err := tx.imported.Put(addrKey(ip), nil); err != nil {
+				return n, err
+			}
+		}
 		n++
 	}
 	if n > 0 {
-		if err := tx.Audit(AuditEvent{Time: now, Action: "import", Reason: fmt.Sprintf("%d reservations from %s", n, dir), By: "plugin"}); err != nil {
+		if err := tx.Audit(AuditEvent{Time: now, Action: AuditImport, Reason: fmt.Sprintf("%d reservations from %s", n, dir), By: "plugin"}); err != nil {
 			return n, err
 		}
 	}
@@ -142,3 +163,7 @@ func writeFileAtomic(path string, data []byte) error {
 func (tx *Tx) MarkMigrated(now time.Time) error {
 	return tx.meta.Put(keyImported, []byte(now.UTC().Format(time.RFC3339)))
 }
+
+// ValidNetworkName reports whether name is a network name the plugin accepts,
+// and so one that can name a store file and a host-local directory.
+func ValidNetworkName(name string) bool { return validNetworkName(name) == nil }
