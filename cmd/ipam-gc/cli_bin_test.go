@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hostlease/hostlease/internal/fakecri"
 )
 
 // The tests in cli_*_test.go exec the built binaries: hostlease-gc, the
@@ -231,4 +235,67 @@ func assertTerminalSafe(t *testing.T, what, out string) {
 	if !strings.HasSuffix(out, "\n") && out != "" {
 		t.Errorf("%s: output does not end with a newline: %q", what, out)
 	}
+}
+
+// startCRI serves a real gRPC CRI runtime (internal/fakecri) on a unix
+// socket in a short temporary directory (socket paths are limited to 108
+// bytes) for the rest of the test.
+func startCRI(t *testing.T) *fakecri.Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hlcli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	f := fakecri.New(filepath.Join(dir, "cri.sock"))
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// damageRecord replaces the stored value of ip's record in the store at path
+// with value, as bit rot or a bad restore would: bbolt opens the file fine,
+// the record does not decode.
+func damageRecord(t *testing.T, path string, ip netip.Addr, value []byte) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := append([]byte{6}, ip.AsSlice()...)
+	if ip.Is4() {
+		key[0] = 4
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("allocs"))
+		if b == nil || b.Get(key) == nil {
+			return fmt.Errorf("no record for %s in %s", ip, path)
+		}
+		return b.Put(key, value)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// storedValue is the raw stored value of ip's record.
+func storedValue(t *testing.T, path string, ip netip.Addr) []byte {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := append([]byte{6}, ip.AsSlice()...)
+	if ip.Is4() {
+		key[0] = 4
+	}
+	var v []byte
+	_ = db.View(func(tx *bolt.Tx) error {
+		v = bytes.Clone(tx.Bucket([]byte("allocs")).Get(key))
+		return nil
+	})
+	return v
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
@@ -108,9 +109,32 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	defer st.Close()
 	dst := allocator.HostLocalDir(a.hlBase, a.network)
 	n := 0
+	var damaged []allocator.DamagedRecord
 	err = st.View(func(tx *allocator.Tx) error {
 		n, err = allocator.ExportHostLocal(tx, dst)
-		return err
+		if err != nil {
+			return err
+		}
+		// A damaged record's address is still reserved: host-local must not
+		// hand it out either. Its owner, as far as readable, goes in the
+		// file (host-local's DEL of that owner then frees it).
+		damaged = tx.DamagedRecords()
+		for _, d := range damaged {
+			if !d.IP.IsValid() {
+				continue
+			}
+			owner := d.ContainerID
+			if owner == "" {
+				owner = "hostlease-damaged-record"
+			} else if d.IfName != "" {
+				owner += "\r\n" + d.IfName
+			}
+			if err := writeFileAtomic(filepath.Join(dst, d.IP.String()), []byte(owner)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -118,6 +142,23 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	printf(stdout, "exported %d reservation(s) to %s", n, dst)
 	if !a.hlGiven && a.hlBase != allocator.DefaultHostLocalDir {
 		printf(stdout, "host-local reads them with \"dataDir\": %q in the network's ipam config (as hostlease did)", a.hlBase)
+	}
+	if len(damaged) > 0 {
+		return fmt.Errorf("%w: %d damaged record(s) exported as reservations of their owner as far as readable", errDamaged, len(damaged))
+	}
+	return nil
+}
+
+// writeFileAtomic writes data beside path and renames it into place, so
+// host-local never reads a half-written reservation.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp-hostlease-gc"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
 	}
 	return nil
 }

@@ -49,6 +49,9 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if err := checkCRIEndpoint(o.CRIEndpoint); err != nil {
+		return err
+	}
 	if err := checkDir("--data-dir", o.DataDir); err != nil {
 		return err
 	}

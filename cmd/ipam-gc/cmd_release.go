@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net/netip"
@@ -50,24 +51,34 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	if len(files) > 1 && *network == "" && *sandbox == "" {
 		return fmt.Errorf("%w: %d networks under %s; name one with --network", errUsage, len(files), *dataDir)
 	}
-	// Find what would be released first (read-only), then confirm, then release.
+	// Find what would be released first (read-only), then confirm, then
+	// release what was shown, and only that. A damaged record (its value does
+	// not decode) is released by its address; never by a sandbox ID, which it
+	// may show only in part.
 	type target struct {
-		f    gc.StoreFile
-		recs []*allocator.Record
+		f       gc.StoreFile
+		network string
+		recs    []*allocator.Record
+		damaged []allocator.DamagedRecord
 	}
 	var targets []target
 	for _, f := range files {
-		snap, err := gc.ReadSnapshot(f.Path)
+		v, err := readStore(f)
 		if err != nil {
 			return fmt.Errorf("network %s: %w", f.Network, err)
 		}
-		t := target{f: f}
-		for _, r := range snap.Records {
+		t := target{f: f, network: v.Network}
+		for _, r := range v.Records {
 			if (ip.IsValid() && r.IP == ip) || (*sandbox != "" && r.ContainerID == *sandbox) {
 				t.recs = append(t.recs, r)
 			}
 		}
-		if len(t.recs) > 0 {
+		for _, d := range v.Damaged {
+			if ip.IsValid() && d.IP == ip {
+				t.damaged = append(t.damaged, d)
+			}
+		}
+		if len(t.recs)+len(t.damaged) > 0 {
 			targets = append(targets, t)
 		}
 	}
@@ -82,7 +93,11 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	for _, t := range targets {
 		for _, r := range t.recs {
 			printf(stdout, "%s %s held by pod %s, sandbox %s ifname %s, %s, age %s",
-				t.f.Network, r.IP, orDash(r.PodRef()), r.ContainerID, orDash(r.IfName), r.State, age(now.Sub(r.Created)))
+				t.network, r.IP, orDash(r.PodRef()), r.ContainerID, orDash(r.IfName), r.State, age(now.Sub(r.Created)))
+		}
+		for _, d := range t.damaged {
+			printf(stdout, "%s %s DAMAGED record (%s); owner as far as readable: sandbox %s ifname %s",
+				t.network, d.IP, damagedErr(d), orDash(d.ContainerID), orDash(d.IfName))
 		}
 	}
 	if !*yes {
@@ -94,33 +109,48 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	}
 	released, changed := 0, 0
 	for _, t := range targets {
-		st, err := allocator.Open(t.f.Path, allocator.OpenOptions{LockTimeout: 10 * time.Second})
+		st, err := allocator.Open(t.f.Path, allocator.OpenOptions{LockTimeout: cliLockTimeout})
 		if err != nil {
-			return fmt.Errorf("network %s: %w", t.f.Network, err)
+			return fmt.Errorf("network %s: %w", t.network, err)
 		}
 		err = st.Update(func(tx *allocator.Tx) error {
-			for _, want := range t.recs {
-				cur, err := tx.Get(want.IP)
-				if err != nil || cur == nil || cur.ContainerID != want.ContainerID || !cur.Created.Equal(want.Created) {
-					// Changed since it was shown: leave the new allocation alone.
-					printf(stderr, "hostlease-gc release: %s %s changed since it was shown; not released", t.f.Network, want.IP)
-					changed++
-					continue
-				}
-				if _, err := tx.Delete(cur.IP); err != nil {
-					return err
-				}
-				if err := tx.Audit(allocator.AuditEvent{Time: now, Action: "manual-release", Reason: "hostlease-gc release",
-					IP: cur.IP, ContainerID: cur.ContainerID, IfName: cur.IfName, Pod: cur.PodRef(), By: "operator"}); err != nil {
+			release := func(ip netip.Addr) error {
+				if _, err := allocator.ReleaseIP(tx, ip, "hostlease-gc release", "operator", now); err != nil {
 					return err
 				}
 				released++
+				return nil
+			}
+			skip := func(ip netip.Addr) {
+				// Changed since it was shown: leave the new state alone.
+				printf(stderr, "hostlease-gc release: %s %s changed since it was shown; not released", t.network, ip)
+				changed++
+			}
+			for _, want := range t.recs {
+				cur, _ := tx.Lookup(want.IP)
+				if cur == nil || cur.ContainerID != want.ContainerID || cur.IfName != want.IfName || !cur.Created.Equal(want.Created) {
+					skip(want.IP)
+					continue
+				}
+				if err := release(want.IP); err != nil {
+					return err
+				}
+			}
+			for _, want := range t.damaged {
+				cur, curD := tx.Lookup(want.IP)
+				if cur != nil || curD == nil || !bytes.Equal(curD.Raw, want.Raw) {
+					skip(want.IP)
+					continue
+				}
+				if err := release(want.IP); err != nil {
+					return err
+				}
 			}
 			return nil
 		})
 		st.Close()
 		if err != nil {
-			return fmt.Errorf("network %s: %w", t.f.Network, err)
+			return fmt.Errorf("network %s: %w", t.network, err)
 		}
 	}
 	printf(stdout, "released %d address(es)", released)

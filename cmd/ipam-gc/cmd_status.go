@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 // poolRow is one range set of one network, as `status` shows it. Size and
@@ -23,8 +22,13 @@ type poolRow struct {
 	Pending    int         `json:"pending"`
 	Candidates int         `json:"leakCandidates"`
 	Exhausted  uint64      `json:"exhaustions"`
-	Note       string      `json:"note,omitempty"`
-	Error      string      `json:"error,omitempty"`
+	// Damaged counts the range set's records that do not decode; a row of
+	// its own per damaged record carries IP and Damage (its decode error).
+	Damaged int    `json:"damaged"`
+	IP      string `json:"ip,omitempty"`
+	Damage  string `json:"damage,omitempty"`
+	Note    string `json:"note,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
@@ -42,17 +46,22 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	rows := []poolRow{}
-	unreadable := 0
+	unreadable, damaged := 0, 0
 	for _, f := range files {
-		snap, err := gc.ReadSnapshot(f.Path)
+		snap, err := readStore(f)
 		if err != nil {
 			unreadable++
 			rows = append(rows, poolRow{Network: f.Network, RangeSet: -1, Error: err.Error()})
 			continue
 		}
 		for _, u := range snap.Usage {
-			row := poolRow{Network: f.Network, RangeSet: u.RangeSet, Ranges: u.Desc, Size: json.Number(u.Size.String()), Used: u.Used,
+			row := poolRow{Network: snap.Network, RangeSet: u.RangeSet, Ranges: u.Desc, Size: json.Number(u.Size.String()), Used: u.Used,
 				Free: json.Number(u.Free().String()), Exhausted: snap.Exhaustions[u.RangeSet].Count}
+			for _, d := range snap.Damaged {
+				if d.IP.IsValid() && snap.rangeSetOf(d.IP) == u.RangeSet {
+					row.Damaged++
+				}
+			}
 			for _, r := range snap.Records {
 				if r.RangeSet != u.RangeSet {
 					continue
@@ -67,13 +76,24 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 			rows = append(rows, row)
 		}
 		if len(snap.Usage) == 0 {
-			rows = append(rows, poolRow{Network: f.Network, RangeSet: -1, Used: len(snap.Records),
-				Note: "ranges unknown until the plugin's next ADD on this network"})
+			note := "ranges unknown until the plugin's next ADD on this network"
+			if snap.RangesErr != nil {
+				note = "ranges unknown (" + snap.RangesErr.Error() + ") until the plugin's next ADD on this network"
+			}
+			rows = append(rows, poolRow{Network: snap.Network, RangeSet: -1, Used: len(snap.Records) + len(snap.Damaged),
+				Damaged: len(snap.Damaged), Note: note})
+		}
+		for _, d := range snap.Damaged {
+			damaged++
+			rows = append(rows, poolRow{Network: snap.Network, RangeSet: snap.rangeSetOf(d.IP), IP: damagedIP(d), Damage: damagedErr(d)})
 		}
 	}
 	var failed error
-	if unreadable > 0 {
+	switch {
+	case unreadable > 0:
 		failed = fmt.Errorf("%d store(s) could not be read (ERROR rows)", unreadable)
+	case damaged > 0:
+		failed = damagedSummary(damaged)
 	}
 	if *out == "json" {
 		if err := writeJSON(stdout, rows); err != nil {
@@ -89,15 +109,21 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	for _, r := range rows {
 		switch {
 		case r.Error != "":
-			t = append(t, []string{r.Network, "-", "-", "-", "-", "-", "-", "-", "-", "ERROR: " + r.Error})
+			t = append(t, []string{r.Network, "-", "-", "-", "-", "-", "-", "-", "-", "-", "ERROR: " + r.Error})
+		case r.Damage != "":
+			set := "-"
+			if r.RangeSet >= 0 {
+				set = strconv.Itoa(r.RangeSet)
+			}
+			t = append(t, []string{r.Network, set, "-", "-", "-", "-", "-", "-", "-", "-", "DAMAGED record " + r.IP + ": " + r.Damage})
 		case r.Note != "":
-			t = append(t, []string{r.Network, "-", "-", "-", strconv.Itoa(r.Used), "-", "-", "-", "-", r.Note})
+			t = append(t, []string{r.Network, "-", "-", "-", strconv.Itoa(r.Used), "-", "-", "-", "-", strconv.Itoa(r.Damaged), r.Note})
 		default:
 			t = append(t, []string{r.Network, strconv.Itoa(r.RangeSet), r.Ranges, r.Size.String(), strconv.Itoa(r.Used),
-				r.Free.String(), strconv.Itoa(r.Pending), strconv.Itoa(r.Candidates), strconv.FormatUint(r.Exhausted, 10), ""})
+				r.Free.String(), strconv.Itoa(r.Pending), strconv.Itoa(r.Candidates), strconv.FormatUint(r.Exhausted, 10), strconv.Itoa(r.Damaged), ""})
 		}
 	}
-	if err := table(stdout, []string{"NETWORK", "SET", "RANGES", "SIZE", "USED", "FREE", "PENDING", "CANDIDATES", "EXHAUSTIONS", ""}, t); err != nil {
+	if err := table(stdout, []string{"NETWORK", "SET", "RANGES", "SIZE", "USED", "FREE", "PENDING", "CANDIDATES", "EXHAUSTIONS", "DAMAGED", ""}, t); err != nil {
 		return err
 	}
 	return failed

@@ -183,3 +183,17 @@ func flagGiven(f *flag.FlagSet, name string) bool {
 	f.Visit(func(fl *flag.Flag) { given = given || fl.Name == name })
 	return given
 }
+
+// checkCRIEndpoint verifies --cri-endpoint names a unix socket (the only
+// transport CRI runtimes serve and gc.DialCRI speaks), before anything else
+// is looked at.
+func checkCRIEndpoint(endpoint string) error {
+	switch {
+	case endpoint == "":
+		return fmt.Errorf("%w: --cri-endpoint must not be empty", errUsage)
+	case strings.Contains(endpoint, "://") && !strings.HasPrefix(endpoint, "unix://"),
+		endpoint == "unix://":
+		return fmt.Errorf("%w: --cri-endpoint %q: only unix:// endpoints (or a socket path) are supported", errUsage, endpoint)
+	}
+	return nil
+}

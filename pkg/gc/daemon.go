@@ -15,13 +15,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Daemon runs sweeps on a timer, at once when a plugin records an exhaustion,
-// and serves /metrics, /healthz and /readyz.
+// DefaultNetnsDebounce gathers the removals of one teardown burst into one
+// sweep; with the kick poll it keeps a proven leak's return to the pool
+// within about a second.
+const DefaultNetnsDebounce = 100 * time.Millisecond
+
+// Daemon runs sweeps on a timer, at once when a plugin records an exhaustion
+// or a netns under --netns-dir disappears, and serves /metrics, /healthz and
+// /readyz.
 type Daemon struct {
 	Sweeper  *Sweeper
 	Registry *prometheus.Registry
-	// kickPoll is how often the kick file's mtime is checked.
+	// kickPoll is how often the kick file's mtime is checked (and a missing
+	// --netns-dir looked for again).
 	kickPoll time.Duration
+	// netnsDebounce is how long a removed netns waits for others of the same
+	// burst before it wakes a sweep (0: DefaultNetnsDebounce).
+	netnsDebounce time.Duration
 
 	lastSweep atomic.Int64 // unix nanos of the last finished sweep
 	ready     atomic.Bool  // a sweep has reached CRI
@@ -73,6 +83,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer kickTick.Stop()
 	kickPath := filepath.Join(o.DataDir, ".kick")
 	lastKick := modTime(kickPath)
+	debounce := d.netnsDebounce
+	if debounce <= 0 {
+		debounce = DefaultNetnsDebounce
+	}
+	// Watching starts before the first sweep: a netns removed during it
+	// wakes the next one.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	netnsGone := WatchNetnsDir(wctx, o.NetnsDir, debounce, d.kickPoll, d.Sweeper.Log)
 	d.sweep(ctx, "start")
 	for {
 		select {
@@ -86,6 +105,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 				lastKick = m
 				d.sweep(ctx, "exhaustion")
 			}
+		case <-netnsGone:
+			d.sweep(ctx, "netns_removed")
 		}
 	}
 }
@@ -100,7 +121,11 @@ func (d *Daemon) sweep(ctx context.Context, why string) {
 	for _, nr := range rep.Networks {
 		reclaimed += len(nr.Reclaimed)
 	}
-	d.Sweeper.Log.Debug("sweep finished", "trigger", why, "result", rep.Result, "networks", len(rep.Networks),
+	level := slog.LevelDebug
+	if why != "interval" {
+		level = slog.LevelInfo // woken sweeps are rare and worth a line
+	}
+	d.Sweeper.Log.Log(ctx, level, "sweep finished", "trigger", why, "result", rep.Result, "networks", len(rep.Networks),
 		"reclaimed", reclaimed, "duration", rep.Duration)
 }
 

@@ -322,3 +322,5 @@ func TestNewDaemonWithoutRuntime(t *testing.T) {
 		t.Fatalf("NewDaemon without --node-name: %v", err)
 	}
 }
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// listEntry is one element of `list -o json`: a record, or a damaged record
+// (state "damaged" with its decode error).
+type listEntry struct {
+	IP          netip.Addr `json:"ip"`
+	ContainerID string     `json:"containerID"`
+	State       string     `json:"state"`
+	Source      string     `json:"source"`
+	Error       string     `json:"error"`
+}
+
+func listJSON(t *testing.T, dataDir string) (map[netip.Addr]listEntry, int) {
+	t.Helper()
+	r := gcExec(t, "list", "--data-dir", dataDir, "-o", "json")
+	var entries []listEntry
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
+		t.Fatalf("list -o json is not JSON: %v\n%s", err, r)
+	}
+	m := map[netip.Addr]listEntry{}
+	for _, e := range entries {
+		m[e.IP] = e
+	}
+	return m, r.code
+}
+
+// One record whose value no longer decodes (cut short, as a torn write or
+// bit rot leaves it): list and status show it as DAMAGED with its address
+// and decode error and exit 3, the other records stay visible, `release IP`
+// frees it with an audit entry, and afterwards everything is clean (exit 0).
+func TestDamagedRecordListStatusRelease(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "dmg", dataDir: dataDir, rangeSets: subnets("10.83.0.0/24")}
+	a, b, c := add(t, n, "sandbox-a")[0], add(t, n, "sandbox-b")[0], add(t, n, "sandbox-c")[0]
+	path := allocator.StorePath(dataDir, "dmg")
+	damageRecord(t, path, b, storedValue(t, path, b)[:9])
+
+	r := gcExec(t, "list", "--data-dir", dataDir)
+	if r.code != exitDamaged || !strings.Contains(r.stderr, "1 record(s) do not decode") {
+		t.Errorf("list with a damaged record: want exit %d naming it\n%s", exitDamaged, r)
+	}
+	rows := assertAligned(t, r.stdout, 3)
+	var damagedRow []string
+	for _, row := range rows {
+		if row[1] == b.String() {
+			damagedRow = row
+		}
+	}
+	if damagedRow == nil || damagedRow[5] != "DAMAGED" || damagedRow[9] == "" || damagedRow[9] == "-" {
+		t.Errorf("list: want a DAMAGED row for %s with its decode error:\n%s", b, r.stdout)
+	}
+	recs, code := listJSON(t, dataDir)
+	if code != exitDamaged || recs[b].State != "damaged" || recs[b].Error == "" || recs[a].ContainerID != "sandbox-a" || recs[c].ContainerID != "sandbox-c" {
+		t.Errorf("list -o json (exit %d): %+v", code, recs)
+	}
+
+	r = gcExec(t, "status", "--data-dir", dataDir)
+	if r.code != exitDamaged || !strings.Contains(r.stdout, "DAMAGED record "+b.String()+": ") {
+		t.Errorf("status with a damaged record: want exit %d and a DAMAGED row for %s\n%s", exitDamaged, b, r)
+	}
+	r = gcExec(t, "status", "--data-dir", dataDir, "-o", "json")
+	var pools []poolRow
+	if err := json.Unmarshal([]byte(r.stdout), &pools); err != nil || r.code != exitDamaged {
+		t.Fatalf("status -o json: %v\n%s", err, r)
+	}
+	if len(pools) != 2 || pools[0].Damaged != 1 || pools[0].Used != 3 || pools[1].IP != b.String() || pools[1].Damage == "" {
+		t.Errorf("status -o json: %+v, want the pool with 1 damaged of 3 used, and a row for %s", pools, b)
+	}
+
+	// --sandbox never releases a damaged record (its owner is unreadable).
+	if r := gcExec(t, "release", "--data-dir", dataDir, "--sandbox", "sandbox-b", "--yes"); r.code != 1 || !strings.Contains(r.stderr, "no allocation found") {
+		t.Errorf("release --sandbox of a damaged record's owner:\n%s", r)
+	}
+	r = gcExec(t, "release", "--data-dir", dataDir, b.String(), "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, b.String()+" DAMAGED record") || !strings.Contains(r.stdout, "released 1 address(es)") {
+		t.Fatalf("release of a damaged record:\n%s", r)
+	}
+	recs, code = listJSON(t, dataDir)
+	if _, ok := recs[b]; ok || code != 0 || len(recs) != 2 {
+		t.Errorf("after release: exit %d, %+v", code, recs)
+	}
+	var audited bool
+	for _, e := range auditOf(t, path) {
+		audited = audited || e.Action == allocator.AuditDamagedRelease && e.IP == b && e.By == "operator"
+	}
+	if !audited {
+		t.Errorf("no %s audit entry for %s: %+v", allocator.AuditDamagedRelease, b, auditOf(t, path))
+	}
+	if r := gcExec(t, "status", "--data-dir", dataDir); r.code != 0 {
+		t.Errorf("status after the release: %s", r)
+	}
+	// The released address can be handed out again.
+	for i := 0; i < 2; i++ {
+		if got := add(t, n, "sandbox-new-"+string(rune('a'+i)))[0]; got == a || got == c {
+			t.Fatalf("ADD handed out %s, still held", got)
+		}
+	}
+}
+
+// rebuild on a store that opens but holds damaged records repairs it in place
+// from the runtime: a damaged address a READY sandbox uses is recorded for
+// it, one no listed sandbox uses is released, every healthy record (a pending
+// ADD the runtime does not list yet included) is kept. rebuild --force then
+// rebuilds the same logically damaged store from CRI and sets it aside.
+func TestRebuildDamagedStore(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "rb", dataDir: dataDir, rangeSets: subnets("10.84.0.0/24")}
+	ips := map[string]netip.Addr{}
+	for _, id := range []string{"ready-ok", "ready-damaged", "gone-damaged", "pending-ok"} {
+		ips[id] = add(t, n, id)[0]
+	}
+	path := allocator.StorePath(dataDir, "rb")
+	damageRecord(t, path, ips["ready-damaged"], []byte{0xff, 0x00, 0x13})
+	damageRecord(t, path, ips["gone-damaged"], storedValue(t, path, ips["gone-damaged"])[:7])
+
+	cri := startCRI(t)
+	cri.Ready("ready-ok", ips["ready-ok"])
+	cri.Ready("ready-damaged", ips["ready-damaged"])
+
+	r := gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "rb", "--cri-endpoint", cri.Endpoint())
+	if r.code != 0 || !strings.Contains(r.stdout, "1 damaged record(s) re-recorded") || !strings.Contains(r.stdout, "1 released") {
+		t.Fatalf("rebuild of a store with damaged records:\n%s", r)
+	}
+	recs, code := listJSON(t, dataDir)
+	if code != 0 || len(recs) != 3 {
+		t.Fatalf("after the repair: exit %d, %d records, want 3 and no damage: %+v", code, len(recs), recs)
+	}
+	if e := recs[ips["ready-damaged"]]; e.ContainerID != "ready-damaged" || e.State != "committed" || e.Source != "rebuild" {
+		t.Errorf("damaged address used by a READY sandbox: %+v, want it recorded for that sandbox", e)
+	}
+	if _, ok := recs[ips["gone-damaged"]]; ok {
+		t.Errorf("damaged address no sandbox uses is still held")
+	}
+	if e := recs[ips["pending-ok"]]; e.ContainerID != "pending-ok" || e.State != "pending" {
+		t.Errorf("the repair lost a healthy pending record: %+v", e)
+	}
+	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 0 {
+		t.Errorf("an in-place repair set the store aside: %v", m)
+	}
+
+	// Healthy again: rebuild refuses without --force.
+	if r := gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "rb", "--cri-endpoint", cri.Endpoint()); r.code != 1 || !strings.Contains(r.stderr, "pass --force") {
+		t.Errorf("rebuild of a healthy store:\n%s", r)
+	}
+
+	// --force on a logically damaged store rebuilds it from CRI.
+	damageRecord(t, path, ips["ready-ok"], []byte("{not a record"))
+	cri.Put(fakecri.Sandbox{ID: "notready", State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY})
+	r = gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "rb", "--cri-endpoint", cri.Endpoint(), "--force")
+	if r.code != 0 || !strings.Contains(r.stdout, "previous store kept as "+path+".corrupt-") {
+		t.Fatalf("rebuild --force of a damaged store:\n%s", r)
+	}
+	recs, code = listJSON(t, dataDir)
+	if code != 0 || recs[ips["ready-ok"]].ContainerID != "ready-ok" || recs[ips["ready-damaged"]].ContainerID != "ready-damaged" {
+		t.Errorf("after rebuild --force: exit %d, %+v", code, recs)
+	}
+	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 1 {
+		t.Errorf("rebuild --force kept %d copies of the old store, want 1", len(m))
+	} else if _, err := os.Stat(m[0]); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// Every command that reads a data dir refuses one that does not exist or is
+// not a directory, naming the flag, with exit status 1: a typo must never
+// read as "nothing allocated".
+func TestMissingDataDirFailsEveryCommand(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nonexistent")
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cri := startCRI(t)
+	for _, dir := range []struct{ path, why string }{{missing, "no such directory"}, {file, "not a directory"}} {
+		for _, args := range [][]string{
+			{"list"},
+			{"list", "-o", "json"},
+			{"list", "--network", "alpha"},
+			{"status"},
+			{"status", "-o", "json"},
+			{"leaks", "--no-api", "--cri-endpoint", cri.Endpoint()},
+			{"release", "10.0.0.1", "--yes"},
+			{"release", "--sandbox", "x", "--yes"},
+			{"import", "--network", "alpha"},
+			{"export", "--network", "alpha"},
+			{"rebuild", "--network", "alpha", "--cri-endpoint", cri.Endpoint()},
+		} {
+			args = append(args, "--data-dir", dir.path)
+			r := gcExec(t, args...)
+			if r.code != exitFailed || !strings.Contains(r.stderr, "--data-dir "+dir.path+": "+dir.why) || strings.TrimSpace(r.stdout) != "" {
+				t.Errorf("%q: want exit 1 naming --data-dir (%s) and nothing on stdout\n%s", args, dir.why, r)
+			}
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("a command created the missing data dir")
+	}
+}
+
+// status shows an unreadable store as an ERROR row and exits 1, in both
+// output formats; an empty (existing) data dir is fine.
+func TestStatusErrorRowExitsNonZero(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "good", dataDir: dataDir, rangeSets: subnets("10.85.0.0/24")}
+	add(t, n, "sandbox-a")
+	if r := gcExec(t, "status", "--data-dir", dataDir); r.code != 0 {
+		t.Fatalf("status of a healthy store: %s", r)
+	}
+	if err := os.WriteFile(allocator.StorePath(dataDir, "broken"), []byte("this is not a bbolt file, not at all, no"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{"table", "json"} {
+		r := gcExec(t, "status", "--data-dir", dataDir, "-o", format)
+		if r.code != exitFailed || !strings.Contains(r.stdout, "broken") || !strings.Contains(r.stdout, "good") ||
+			!strings.Contains(r.stderr, "1 store(s) could not be read") {
+			t.Errorf("status -o %s with an unreadable store: want both networks shown and exit 1\n%s", format, r)
+		}
+	}
+	empty := t.TempDir()
+	if r := gcExec(t, "status", "--data-dir", empty); r.code != 0 || !strings.Contains(r.stdout, "no stores under") {
+		t.Errorf("status of an empty data dir: %s", r)
+	}
+}
+
+// Flag values that parse but mean nothing are refused, naming the flag, with
+// the usage exit status.
+func TestAbsurdFlagValues(t *testing.T) {
+	dataDir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "NaN"}, "-max-reclaim-fraction"},
+		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "+Inf"}, "-max-reclaim-fraction"},
+		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "-0.5"}, "-max-reclaim-fraction"},
+		{[]string{"leaks", "--no-api", "--misses", "-3"}, "--misses"},
+		{[]string{"leaks", "--no-api", "--min-age", "-1s"}, "--min-age"},
+		{[]string{"leaks", "--no-api", "--cri-endpoint", "tcp://127.0.0.1:1"}, "--cri-endpoint"},
+		{[]string{"leaks", "--no-api", "--cri-endpoint", ""}, "--cri-endpoint"},
+		{[]string{"rebuild", "--network", "x", "--cri-endpoint", ""}, "--cri-endpoint"},
+		{[]string{"rebuild", "--network", "x", "--cri-endpoint", "http://runtime"}, "--cri-endpoint"},
+		{[]string{"release", "fe80::1%eth0", "--yes"}, `"fe80::1%eth0" is not an IP address`},
+		{[]string{"release", "10.0.0.300", "--yes"}, `"10.0.0.300" is not an IP address`},
+		{[]string{"list", "--network", "../etc"}, "--network"},
+		{[]string{"list", "--network", "a\nb"}, "--network"},
+		{[]string{"status", "-o", "yaml"}, "-o must be table or json"},
+		{[]string{"list", "--data-dir", ""}, "--data-dir must not be empty"},
+	} {
+		args := append([]string{}, tc.args...)
+		if !strings.Contains(strings.Join(args, " "), "--data-dir") {
+			args = append(args, "--data-dir", dataDir)
+		}
+		r := gcExec(t, args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "usage: hostlease-gc "+args[0]) {
+			t.Errorf("%q: want exit 2 naming %q with the usage line\n%s", args, tc.want, r)
+		}
+		assertTerminalSafe(t, strings.Join(args, " "), r.stderr)
+	}
+}
+
+// The exit codes are documented where an operator looks: every command's
+// --help and the top-level help, each exiting 0.
+func TestExitCodesDocumentedInHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"list", "--help"}, {"status", "-h"}, {"leaks", "--help"}, {"release", "--help"},
+		{"export", "--help"}, {"import", "--help"}, {"rebuild", "--help"}} {
+		r := gcExec(t, args...)
+		for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read"} {
+			if r.code != 0 || !strings.Contains(r.stderr, want) {
+				t.Errorf("%q: want exit 0 and %q in the help\n%s", args, want, r)
+				break
+			}
+		}
+	}
+	b, err := os.ReadFile("../../docs/runbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## CLI", "Exit status", "| 3 |"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("docs/runbook.md has no %q", want)
+		}
+	}
+}

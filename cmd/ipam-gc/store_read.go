@@ -1,0 +1,100 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
+)
+
+// cliLockTimeout is how long a CLI command waits for a store a plugin holds.
+const cliLockTimeout = 10 * time.Second
+
+// storeView is what the CLI reads of one store, in one read transaction.
+type storeView struct {
+	Network string // the store's own name (its meta), else the file's
+	Path    string
+	Records []*allocator.Record
+	// Damaged are the records whose value does not decode: their addresses
+	// stay reserved until released by IP or rebuilt.
+	Damaged     []allocator.DamagedRecord
+	RangeSets   []allocator.StoredRangeSet
+	RangesErr   error // the stored range sets do not decode (sizes unknown)
+	Usage       []allocator.PoolUsage
+	Exhaustions map[int]allocator.Exhaustion
+}
+
+// readStore opens f read-only, reads it in one transaction and closes it.
+func readStore(f gc.StoreFile) (*storeView, error) {
+	st, err := allocator.Open(f.Path, allocator.OpenOptions{ReadOnly: true, LockTimeout: cliLockTimeout})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	v := &storeView{Network: f.Network, Path: f.Path}
+	err = st.View(func(tx *allocator.Tx) error {
+		if name := tx.Network(); name != "" {
+			v.Network = name
+		}
+		if err := tx.ForEach(func(r *allocator.Record) error {
+			v.Records = append(v.Records, r)
+			return nil
+		}); err != nil {
+			return err
+		}
+		v.Damaged = tx.DamagedRecords()
+		var err error
+		v.RangeSets, err = tx.RangeSets()
+		if errors.Is(err, allocator.ErrDamagedValue) {
+			v.RangesErr, v.RangeSets, err = err, nil, nil
+		}
+		if err != nil {
+			return err
+		}
+		v.Usage = allocator.Usage(tx, v.RangeSets)
+		v.Exhaustions, err = tx.Exhaustions()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// rangeSetOf is the index of the range set holding ip, -1 when none does.
+func (v *storeView) rangeSetOf(ip netip.Addr) int {
+	for i, set := range v.RangeSets {
+		for _, r := range set.Ranges {
+			if r.Contains(ip) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// damagedIP prints a damaged record's address ("?" when its key is damaged
+// too).
+func damagedIP(d allocator.DamagedRecord) string {
+	if !d.IP.IsValid() {
+		return "?"
+	}
+	return d.IP.String()
+}
+
+// damagedErr is a damaged record's decode error as text.
+func damagedErr(d allocator.DamagedRecord) string {
+	if d.Err == nil {
+		return "does not decode"
+	}
+	return d.Err.Error()
+}
+
+// damagedSummary is the error a command returns when it finished but found
+// damaged records (exit code 3).
+func damagedSummary(n int) error {
+	return fmt.Errorf("%w: %d record(s) do not decode (their addresses stay reserved); free one with `release IP` or repair the store with `rebuild --network N`", errDamaged, n)
+}
