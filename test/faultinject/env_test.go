@@ -320,3 +320,78 @@ func TestEnvTooManyOpenFiles(t *testing.T) {
 	}
 	wantOK(t, "DEL with file descriptors again", e.call("DEL", held, nil))
 }
+
+// TestEnvDaemonOutOfFileDescriptors: the daemon runs out of file descriptors
+// while the runtime stays reachable (its RLIMIT_NOFILE is lowered, with
+// prlimit --pid, to its lowest free descriptor: every open fails with
+// EMFILE). Sweeps go on and fail to read the store; the store must not be set
+// aside or rebuilt, and once descriptors are back the daemon sweeps it again
+// (a sandbox torn down then is reclaimed).
+func TestEnvDaemonOutOfFileDescriptors(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skipf("needs prlimit (util-linux): %v", err)
+	}
+	e := newEnvNode(t)
+	live := "emfiled-live-" + strings.Repeat("f", 40)
+	gone := "emfiled-gone-" + strings.Repeat("g", 40)
+	liveIP := e.hold(live, nil)
+	e.hold(gone, nil)
+	path := filepath.Join(e.dataDir, network+".db")
+	before, _ := os.Stat(path)
+	d := startDaemon(t, nil, "--cri-endpoint", e.n.cri.Endpoint(), "--data-dir", e.dataDir, "--netns-dir", e.netns,
+		"--interval", "1s", "--misses", "1", "--netns-grace", "0s")
+	d.waitFor("a first sweep", func() bool { return e.n.cri.Lists() >= 1 })
+	pid := d.cmd.Process.Pid
+	// Only the soft limit moves: raising a hard limit again needs
+	// CAP_SYS_RESOURCE, which a container may not have.
+	setLimit := func(soft string) {
+		t.Helper()
+		if out, err := exec.Command(prlimit, "--pid", strconv.Itoa(pid), "--nofile="+soft+":").CombinedOutput(); err != nil {
+			t.Fatalf("prlimit --pid %d --nofile=%s: %v %s", pid, soft, err, out)
+		}
+	}
+	out, err := exec.Command(prlimit, "--pid", strconv.Itoa(pid), "--nofile", "--raw", "--noheadings", "--output=SOFT").Output()
+	if err != nil {
+		t.Fatalf("prlimit --pid %d: %v", pid, err)
+	}
+	soft := strings.TrimSpace(string(out))
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := map[int]bool{}
+	for _, f := range fds {
+		n, _ := strconv.Atoi(f.Name())
+		open[n] = true
+	}
+	lowest := 0
+	for open[lowest] {
+		lowest++
+	}
+	setLimit(strconv.Itoa(lowest))
+	limited := e.n.cri.Lists()
+	d.waitFor("two sweeps out of file descriptors, reported", func() bool {
+		return e.n.cri.Lists() >= limited+2 && strings.Contains(strings.Join(d.log(), "\n"), syscall.EMFILE.Error())
+	})
+	setLimit(soft)
+	e.n.cri.Remove(gone)
+	if err := os.Remove(filepath.Join(e.netns, "cni-"+shortName(gone))); err != nil {
+		t.Fatal(err)
+	}
+	d.waitFor("the torn-down sandbox reclaimed once descriptors are back", func() bool {
+		v, err := readView(path)
+		return err == nil && len(v.heldBy(gone)) == 0
+	})
+	d.stop()
+	for _, l := range d.log() {
+		if strings.Contains(l, syscall.EMFILE.Error()) {
+			t.Logf("daemon: %s", l)
+			break
+		}
+	}
+	wantInPlace(t, "after sweeps out of file descriptors", path, before, d.log())
+	if got := heldIn(t, path, live); len(got) != 1 || got[0] != liveIP {
+		t.Errorf("%s held %s before; after the EMFILE episode the store says %v", shortName(live), liveIP, got)
+	}
+}

@@ -241,37 +241,41 @@ next:
 	return v, found
 }
 
-// daemonSweep runs `hostlease-gc run` until it has finished `sweeps` sweeps
-// (its hostlease_sweeps_total), then stops it with SIGTERM. The daemon is a
-// real process talking gRPC to cri over its unix socket.
-func daemonSweep(t testing.TB, sweeps int, flags ...string) sweepResult {
-	t.Helper()
-	return daemonSweepIn(t, nil, sweeps, flags...)
+// daemon is a running `hostlease-gc run` process: a real process talking
+// gRPC to a runtime over its unix socket.
+type daemon struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	args    []string
+	addr    string // where /metrics is served
+	done    chan struct{}
+	scanned chan struct{}
+	mu      sync.Mutex
+	lines   []string
 }
 
-// daemonSweepIn is daemonSweep with the process changed by wrap.
-func daemonSweepIn(t testing.TB, wrap func(*exec.Cmd), sweeps int, flags ...string) sweepResult {
+// startDaemon starts `hostlease-gc run` with flags (wrap changes the process)
+// and waits until it serves /metrics.
+func startDaemon(t testing.TB, wrap func(*exec.Cmd), flags ...string) *daemon {
 	t.Helper()
-	args := append([]string{"run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--no-api"}, flags...)
-	cmd := exec.Command(gcBin(), args...)
+	d := &daemon{t: t, done: make(chan struct{}), scanned: make(chan struct{})}
+	d.args = append([]string{"run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--no-api"}, flags...)
+	d.cmd = exec.Command(gcBin(), d.args...)
 	if wrap != nil {
-		wrap(cmd)
+		wrap(d.cmd)
 	}
 	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	var mu sync.Mutex
-	var lines []string
+	d.cmd.Stdout, d.cmd.Stderr = pw, pw
 	addrCh := make(chan string, 1)
-	scanned := make(chan struct{})
 	go func() {
-		defer close(scanned)
+		defer close(d.scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			mu.Lock()
-			lines = append(lines, line)
-			mu.Unlock()
+			d.mu.Lock()
+			d.lines = append(d.lines, line)
+			d.mu.Unlock()
 			var m map[string]any
 			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving metrics" {
 				if a, ok := m["addr"].(string); ok {
@@ -283,69 +287,97 @@ func daemonSweepIn(t testing.TB, wrap func(*exec.Cmd), sweeps int, flags ...stri
 			}
 		}
 	}()
-	if err := cmd.Start(); err != nil {
+	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
 	go func() {
-		_ = cmd.Wait()
+		_ = d.cmd.Wait()
 		pw.Close()
-		close(done)
+		close(d.done)
 	}()
-	logs := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), lines...)
-	}
-	stop := func() {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		}
-		<-scanned
-	}
-	var addr string
+	t.Cleanup(d.stop)
 	select {
-	case addr = <-addrCh:
-	case <-done:
-		stop()
-		t.Fatalf("hostlease-gc %s exited at start: %v\n%s", strings.Join(args, " "), cmd.ProcessState, strings.Join(logs(), "\n"))
+	case d.addr = <-addrCh:
+	case <-d.done:
+		d.stop()
+		t.Fatalf("hostlease-gc %s exited at start: %v\n%s", strings.Join(d.args, " "), d.cmd.ProcessState, strings.Join(d.log(), "\n"))
 	case <-time.After(30 * time.Second):
-		stop()
-		t.Fatalf("hostlease-gc run did not serve metrics within 30s\n%s", strings.Join(logs(), "\n"))
+		d.stop()
+		t.Fatalf("hostlease-gc run did not serve metrics within 30s\n%s", strings.Join(d.log(), "\n"))
 	}
+	return d
+}
+
+func (d *daemon) log() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.lines...)
+}
+
+// stop ends the daemon with SIGTERM (SIGKILL if it lingers) and waits for it
+// and its log.
+func (d *daemon) stop() {
+	select {
+	case <-d.done:
+	default:
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(20 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+	}
+	<-d.scanned
+}
+
+// scrape reads /metrics (nil when it cannot).
+func (d *daemon) scrape() []promtext.Sample {
 	client := http.Client{Timeout: 5 * time.Second}
-	var samples []promtext.Sample
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		samples = nil
-		if resp, err := client.Get("http://" + addr + "/metrics"); err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			samples, _ = promtext.Parse(string(body))
-		}
-		res := sweepResult{Metrics: samples}
-		if n, _ := res.metric("hostlease_sweeps_total", nil); n >= float64(sweeps) {
-			break
-		}
+	resp, err := client.Get("http://" + d.addr + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	samples, _ := promtext.Parse(string(body))
+	return samples
+}
+
+// waitFor polls cond until it holds; the deadline is a hang guard.
+func (d *daemon) waitFor(what string, cond func() bool) {
+	d.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); {
 		if time.Now().After(deadline) {
-			stop()
-			t.Fatalf("hostlease-gc finished fewer than %d sweeps in 60s\n%s", sweeps, strings.Join(logs(), "\n"))
+			d.stop()
+			d.t.Fatalf("hostlease-gc: %s: not within 60s\n%s", what, strings.Join(d.log(), "\n"))
 		}
 		select {
-		case <-done:
-			stop()
-			t.Fatalf("hostlease-gc exited during its sweeps: %v\n%s", cmd.ProcessState, strings.Join(logs(), "\n"))
+		case <-d.done:
+			d.stop()
+			d.t.Fatalf("hostlease-gc exited while waiting for %s: %v\n%s", what, d.cmd.ProcessState, strings.Join(d.log(), "\n"))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	stop()
-	return sweepResult{Log: logs(), Metrics: samples}
+}
+
+// daemonSweep runs `hostlease-gc run` until it has finished `sweeps` sweeps
+// (its hostlease_sweeps_total), then stops it with SIGTERM.
+func daemonSweep(t testing.TB, sweeps int, flags ...string) sweepResult {
+	t.Helper()
+	return daemonSweepIn(t, nil, sweeps, flags...)
+}
+
+// daemonSweepIn is daemonSweep with the process changed by wrap.
+func daemonSweepIn(t testing.TB, wrap func(*exec.Cmd), sweeps int, flags ...string) sweepResult {
+	t.Helper()
+	d := startDaemon(t, wrap, flags...)
+	var samples []promtext.Sample
+	d.waitFor(fmt.Sprintf("%d sweeps", sweeps), func() bool {
+		samples = d.scrape()
+		n, _ := sweepResult{Metrics: samples}.metric("hostlease_sweeps_total", nil)
+		return n >= float64(sweeps)
+	})
+	d.stop()
+	return sweepResult{Log: d.log(), Metrics: samples}
 }
