@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	bolt "go.etcd.io/bbolt"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/hostlease/hostlease/internal/fakecri"
@@ -100,6 +104,9 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 	if !audited {
 		t.Errorf("no %s audit entry for %s: %+v", allocator.AuditDamagedRelease, b, auditOf(t, path))
 	}
+	if r := gcExec(t, "audit", "--data-dir", dataDir); r.code != 0 || !strings.Contains(r.stdout, "damaged-release  "+b.String()) {
+		t.Errorf("audit does not show the damaged release of %s:\n%s", b, r)
+	}
 	if r := gcExec(t, "status", "--data-dir", dataDir); r.code != 0 {
 		t.Errorf("status after the release: %s", r)
 	}
@@ -111,14 +118,15 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 	}
 }
 
-// rebuild on a store that opens but holds damaged records repairs it in place
-// from the runtime: a damaged address a READY sandbox uses is recorded for
-// it, one no listed sandbox uses is released, every healthy record (a pending
-// ADD the runtime does not list yet included) is kept. rebuild --force then
-// rebuilds the same logically damaged store from CRI and sets it aside.
+// rebuild on a store that opens but holds damaged records sets it aside and
+// rebuilds it (gc.RebuildStore) from the runtime and from what still
+// decodes: a damaged address a READY sandbox uses is recorded for it, one no
+// sandbox uses stays reserved (never handed out at once), every healthy
+// record (a pending ADD the runtime does not list yet included) is kept.
+// rebuild --force does the same on a healthy or logically damaged store.
 func TestRebuildDamagedStore(t *testing.T) {
 	dataDir := t.TempDir()
-	n := ipamNet{name: "rb", dataDir: dataDir, rangeSets: subnets("10.84.0.0/24")}
+	n := ipamNet{name: "rb", dataDir: dataDir, rangeSets: subnets("10.84.0.0/28")}
 	ips := map[string]netip.Addr{}
 	for _, id := range []string{"ready-ok", "ready-damaged", "gone-damaged", "pending-ok"} {
 		ips[id] = add(t, n, id)[0]
@@ -132,24 +140,39 @@ func TestRebuildDamagedStore(t *testing.T) {
 	cri.Ready("ready-damaged", ips["ready-damaged"])
 
 	r := gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "rb", "--cri-endpoint", cri.Endpoint())
-	if r.code != 0 || !strings.Contains(r.stdout, "1 damaged record(s) re-recorded") || !strings.Contains(r.stdout, "1 released") {
+	if r.code != 0 || !strings.Contains(r.stdout, "rebuilt "+path) || !strings.Contains(r.stdout, "previous store kept as "+path+".corrupt-") {
 		t.Fatalf("rebuild of a store with damaged records:\n%s", r)
 	}
 	recs, code := listJSON(t, dataDir)
-	if code != 0 || len(recs) != 3 {
-		t.Fatalf("after the repair: exit %d, %d records, want 3 and no damage: %+v", code, len(recs), recs)
+	if code != 0 || len(recs) != 4 {
+		t.Fatalf("after the rebuild: exit %d, %d entries, want 4 records and no damage: %+v", code, len(recs), recs)
 	}
-	if e := recs[ips["ready-damaged"]]; e.ContainerID != "ready-damaged" || e.State != "committed" || e.Source != "rebuild" {
+	for _, e := range recs {
+		if e.State == "damaged" {
+			t.Errorf("still damaged after the rebuild: %+v", e)
+		}
+	}
+	if e := recs[ips["ready-damaged"]]; e.ContainerID != "ready-damaged" || e.State != "committed" {
 		t.Errorf("damaged address used by a READY sandbox: %+v, want it recorded for that sandbox", e)
 	}
-	if _, ok := recs[ips["gone-damaged"]]; ok {
-		t.Errorf("damaged address no sandbox uses is still held")
-	}
 	if e := recs[ips["pending-ok"]]; e.ContainerID != "pending-ok" || e.State != "pending" {
-		t.Errorf("the repair lost a healthy pending record: %+v", e)
+		t.Errorf("the rebuild lost a healthy pending record: %+v", e)
 	}
-	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 0 {
-		t.Errorf("an in-place repair set the store aside: %v", m)
+	// The damaged address no sandbox uses is still reserved: the rest of
+	// the /28 (13 addresses, 4 held) is handed out, never it.
+	for i := range 9 {
+		if got := add(t, n, fmt.Sprintf("new-%d", i))[0]; got == ips["gone-damaged"] {
+			t.Fatalf("ADD handed out %s, whose damaged record the rebuild kept reserved", got)
+		}
+	}
+	aside, _ := filepath.Glob(path + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("the rebuild kept %d copies of the old store, want 1", len(aside))
+	}
+	// The operator archives the old store (a second rebuild within the same
+	// second would otherwise want the same name).
+	if err := os.Rename(aside[0], filepath.Join(t.TempDir(), "archived.db")); err != nil {
+		t.Fatal(err)
 	}
 
 	// Healthy again: rebuild refuses without --force.
@@ -157,7 +180,7 @@ func TestRebuildDamagedStore(t *testing.T) {
 		t.Errorf("rebuild of a healthy store:\n%s", r)
 	}
 
-	// --force on a logically damaged store rebuilds it from CRI.
+	// --force on a logically damaged store.
 	damageRecord(t, path, ips["ready-ok"], []byte("{not a record"))
 	cri.Put(fakecri.Sandbox{ID: "notready", State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY})
 	r = gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "rb", "--cri-endpoint", cri.Endpoint(), "--force")
@@ -168,9 +191,86 @@ func TestRebuildDamagedStore(t *testing.T) {
 	if code != 0 || recs[ips["ready-ok"]].ContainerID != "ready-ok" || recs[ips["ready-damaged"]].ContainerID != "ready-damaged" {
 		t.Errorf("after rebuild --force: exit %d, %+v", code, recs)
 	}
-	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 1 {
-		t.Errorf("rebuild --force kept %d copies of the old store, want 1", len(m))
-	} else if _, err := os.Stat(m[0]); err != nil {
-		t.Error(err)
+}
+
+// zeroLeafType zeroes the page type of the allocs bucket's root page, as a
+// torn or rotten page leaves it: bbolt opens the file, and panics on that
+// page when a transaction reads it (allocator.ErrStorePageDamaged).
+func zeroLeafType(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root uint64
+	_ = db.View(func(tx *bolt.Tx) error {
+		root = uint64(tx.Bucket([]byte("allocs")).Root())
+		return nil
+	})
+	pageSize := db.Info().PageSize
+	db.Close()
+	if root == 0 {
+		t.Fatal("allocs is an inline bucket: no page of its own to damage")
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// A page header: id (8 bytes), then flags (2 bytes): the page type.
+	if _, err := f.WriteAt([]byte{0, 0}, int64(root)*int64(pageSize)+8); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A store whose records' page is damaged: list and status name the damage and
+// how to repair it (exit 1), rebuild asks for --force (the plugin still serves
+// from the readable pages), and rebuild --force sets it aside and rebuilds it
+// from CRI.
+func TestRebuildPageDamagedStore(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "pg", dataDir: dataDir, rangeSets: subnets("10.88.0.0/24")}
+	var ready []netip.Addr
+	for i := range 24 { // enough records for allocs to have a page of its own
+		ip := add(t, n, fmt.Sprintf("sandbox-%02d", i))[0]
+		if i < 3 {
+			ready = append(ready, ip)
+		}
+	}
+	path := allocator.StorePath(dataDir, "pg")
+	zeroLeafType(t, path)
+	cri := startCRI(t)
+	for i, ip := range ready {
+		cri.Ready(fmt.Sprintf("sandbox-%02d", i), ip)
+	}
+
+	r := gcExec(t, "list", "--data-dir", dataDir)
+	if r.code != exitFailed || !strings.Contains(r.stderr, "network pg") || !strings.Contains(r.stderr, "rebuild --network pg --force") {
+		t.Errorf("list of a page-damaged store: want exit 1 naming the repair\n%s", r)
+	}
+	r = gcExec(t, "status", "--data-dir", dataDir)
+	if r.code != exitFailed || !strings.Contains(r.stdout, "ERROR: ") || !strings.Contains(r.stdout, "rebuild --network pg --force") {
+		t.Errorf("status of a page-damaged store: want an ERROR row naming the repair, exit 1\n%s", r)
+	}
+	before, _ := os.ReadFile(path)
+	r = gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "pg", "--cri-endpoint", cri.Endpoint())
+	if r.code != exitFailed || !strings.Contains(r.stderr, "pass --force") {
+		t.Errorf("rebuild of a page-damaged store without --force: want a refusal naming --force\n%s", r)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Errorf("a refused rebuild changed the store")
+	}
+	r = gcExec(t, "rebuild", "--data-dir", dataDir, "--network", "pg", "--cri-endpoint", cri.Endpoint(), "--force")
+	if r.code != 0 || !strings.Contains(r.stdout, "rebuilt "+path) || !strings.Contains(r.stdout, ".corrupt-") {
+		t.Fatalf("rebuild --force of a page-damaged store:\n%s", r)
+	}
+	recs, code := listJSON(t, dataDir)
+	if code != 0 || len(recs) < 3 {
+		t.Errorf("after rebuild --force: exit %d, %+v", code, recs)
+	}
+	for i, ip := range ready {
+		if recs[ip].ContainerID != fmt.Sprintf("sandbox-%02d", i) {
+			t.Errorf("after rebuild --force: %s = %+v", ip, recs[ip])
+		}
 	}
 }

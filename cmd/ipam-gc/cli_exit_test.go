@@ -29,6 +29,7 @@ func TestMissingDataDirFailsEveryCommand(t *testing.T) {
 			{"leaks", "--no-api", "--cri-endpoint", cri.Endpoint()},
 			{"release", "10.0.0.1", "--yes"},
 			{"release", "--sandbox", "x", "--yes"},
+			{"audit"},
 			{"import", "--network", "alpha"},
 			{"export", "--network", "alpha"},
 			{"rebuild", "--network", "alpha", "--cri-endpoint", cri.Endpoint()},
@@ -92,7 +93,12 @@ func TestAbsurdFlagValues(t *testing.T) {
 		{[]string{"list", "--network", "../etc"}, "--network"},
 		{[]string{"list", "--network", "a\nb"}, "--network"},
 		{[]string{"status", "-o", "yaml"}, "-o must be table or json"},
+		{[]string{"audit", "--limit", "0"}, "--limit must be between 1 and"},
+		{[]string{"audit", "--limit", "-5"}, "--limit must be between 1 and"},
+		{[]string{"audit", "--limit", "1000000000"}, "--limit must be between 1 and"},
 		{[]string{"list", "--data-dir", ""}, "--data-dir must not be empty"},
+		{[]string{"list", "--\x1b[2Jbogus"}, `flag provided but not defined: -\x1b[2Jbogus`},
+		{[]string{"status", "--data-dir"}, "flag needs an argument: -data-dir"},
 	} {
 		args := append([]string{}, tc.args...)
 		if !strings.Contains(strings.Join(args, " "), "--data-dir") {
@@ -110,7 +116,7 @@ func TestAbsurdFlagValues(t *testing.T) {
 // --help and the top-level help, each exiting 0.
 func TestExitCodesDocumentedInHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"list", "--help"}, {"status", "-h"}, {"leaks", "--help"}, {"release", "--help"},
-		{"export", "--help"}, {"import", "--help"}, {"rebuild", "--help"}} {
+		{"export", "--help"}, {"import", "--help"}, {"rebuild", "--help"}, {"audit", "--help"}} {
 		r := gcExec(t, args...)
 		for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read"} {
 			if r.code != 0 || !strings.Contains(r.stderr, want) {
@@ -126,6 +132,42 @@ func TestExitCodesDocumentedInHelp(t *testing.T) {
 	for _, want := range []string{"## CLI", "Exit status", "| 3 |"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("docs/runbook.md has no %q", want)
+		}
+	}
+}
+
+// An environment error is not damage: a store path that is a symlink (the
+// plugin never follows one) is reported by list and status (exit 1), and
+// rebuild refuses to touch it, even with --force.
+func TestRebuildNeverActsOnEnvironmentErrors(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "real", dataDir: dataDir, rangeSets: subnets("10.91.0.0/24")}
+	add(t, n, "sandbox-a")
+	link := allocator.StorePath(dataDir, "linked")
+	if err := os.Symlink(allocator.StorePath(dataDir, "real"), link); err != nil {
+		t.Fatal(err)
+	}
+	if r := gcExec(t, "list", "--data-dir", dataDir); r.code != exitFailed || !strings.Contains(r.stderr, "network linked") {
+		t.Errorf("list with a symlinked store:\n%s", r)
+	}
+	if r := gcExec(t, "status", "--data-dir", dataDir); r.code != exitFailed || !strings.Contains(r.stdout, "ERROR") {
+		t.Errorf("status with a symlinked store:\n%s", r)
+	}
+	cri := startCRI(t)
+	for _, force := range []bool{false, true} {
+		args := []string{"rebuild", "--data-dir", dataDir, "--network", "linked", "--cri-endpoint", cri.Endpoint()}
+		if force {
+			args = append(args, "--force")
+		}
+		r := gcExec(t, args...)
+		if r.code != exitFailed || !strings.Contains(r.stderr, "not rebuilding") || !strings.Contains(r.stderr, "not damage") {
+			t.Errorf("%q: want a refusal saying it is not damage\n%s", args, r)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("rebuild replaced the symlink: %v %v", fi, err)
+		}
+		if m, _ := filepath.Glob(filepath.Join(dataDir, "*.corrupt-*")); len(m) != 0 {
+			t.Errorf("rebuild set a store aside for an environment error: %v", m)
 		}
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
@@ -140,5 +143,60 @@ func TestHostLocalBaseFor(t *testing.T) {
 		if got := allocator.HostLocalBaseFor(tc.store); got != tc.want {
 			t.Errorf("HostLocalBaseFor(%q) = %q, want %q", tc.store, got, tc.want)
 		}
+	}
+}
+
+// A network name too long for "<name>.db" (the plugin then names the store
+// file by a hash): the CLI finds the store where the plugin put it, shows
+// the network's real name, and exports to host-local's <dataDir>/<name>/.
+func TestLongNetworkName(t *testing.T) {
+	dataDir := t.TempDir()
+	name := "n" + strings.Repeat("x", 252) // 253 bytes: "<name>.db" exceeds NAME_MAX
+	n := ipamNet{name: name, dataDir: dataDir, rangeSets: subnets("10.89.0.0/24")}
+	ip := add(t, n, "sandbox-long")[0]
+	if _, err := os.Stat(allocator.StorePath(dataDir, name)); err != nil {
+		t.Fatalf("the plugin's store for a long name: %v", err)
+	}
+	f := &fixture{dir: dataDir}
+	if recs := f.records(t, name); recs[ip].ContainerID != "sandbox-long" {
+		t.Errorf("list --network <253 bytes>: %+v", recs)
+	}
+	r := gcExec(t, "status", "--data-dir", dataDir)
+	if r.code != 0 || !strings.Contains(r.stdout, name+"  0") {
+		t.Errorf("status does not show the network's full name:\n%s", r)
+	}
+	r = gcExec(t, "export", "--data-dir", dataDir, "--network", name)
+	if b, err := os.ReadFile(filepath.Join(dataDir, name, ip.String())); r.code != 0 || err != nil || string(b) != "sandbox-long\r\neth0" {
+		t.Errorf("export of a long-named network: %q %v\n%s", b, err, r)
+	}
+}
+
+// A store whose stored range sets no longer decode still exports every
+// reservation (only host-local's round-robin points are lost).
+func TestExportWithDamagedRangeSets(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "dr", dataDir: dataDir, rangeSets: subnets("10.90.0.0/24")}
+	ips := []netip.Addr{add(t, n, "sandbox-a")[0], add(t, n, "sandbox-b")[0]}
+	path := allocator.StorePath(dataDir, "dr")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("ranges"), []byte{0xde, 0xad}) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r := gcExec(t, "export", "--data-dir", dataDir, "--network", "dr")
+	if r.code != 0 || !strings.Contains(r.stdout, "exported 2 reservation(s)") {
+		t.Fatalf("export with damaged range sets:\n%s", r)
+	}
+	for i, ip := range ips {
+		if b, err := os.ReadFile(filepath.Join(dataDir, "dr", ip.String())); err != nil || string(b) != []string{"sandbox-a", "sandbox-b"}[i]+"\r\neth0" {
+			t.Errorf("reservation file for %s: %q %v", ip, b, err)
+		}
+	}
+	r = gcExec(t, "status", "--data-dir", dataDir)
+	if r.code != 0 || !strings.Contains(r.stdout, "ranges unknown") {
+		t.Errorf("status with damaged range sets: want a note, exit 0\n%s", r)
 	}
 }

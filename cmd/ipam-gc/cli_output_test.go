@@ -99,6 +99,11 @@ func TestTextOutputEscapesStoredValues(t *testing.T) {
 	if !strings.Contains(r.stdout, `held by pod default/web\x1b[2J`) {
 		t.Errorf("release does not show the escaped pod name:\n%s", r.stdout)
 	}
+	r = gcExec(t, "audit", "--data-dir", dataDir, "--network", "esc")
+	assertTerminalSafe(t, "audit", r.stdout)
+	if r.code != 0 || !strings.Contains(r.stdout, `default/web\x1b[2J`) || !strings.Contains(r.stdout, "manual-release") {
+		t.Errorf("audit does not show the release with the escaped pod name:\n%s", r)
+	}
 
 	// Errors that carry a path or a name are escaped too.
 	if err := os.WriteFile(filepath.Join(dataDir, "bad\x1b[8mnet.db"), []byte("not a store"), 0o600); err != nil {

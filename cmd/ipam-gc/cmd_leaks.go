@@ -69,7 +69,6 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	default:
 		kube, err = gc.KubeFromOptions(o)
 		if err != nil {
-			kube = nil
 			printf(stderr, "hostlease-gc leaks: no API server (%v): %s", err, apiViewNote)
 		}
 	}
@@ -82,7 +81,7 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	var failed []string
 	for _, nr := range rep.Networks {
 		if nr.Err != nil {
-			printf(stderr, "hostlease-gc leaks: network %s: %v", nr.Network, nr.Err)
+			printf(stderr, "hostlease-gc leaks: network %s: %s", nr.Network, storeErr(nr.Network, nr.Err))
 			failed = append(failed, "network "+nr.Network+" could not be read")
 			continue
 		}

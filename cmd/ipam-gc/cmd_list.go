@@ -44,7 +44,7 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	for _, f := range files {
 		v, err := readStore(f)
 		if err != nil {
-			printf(stderr, "hostlease-gc list: network %s: %v", f.Network, err)
+			printf(stderr, "hostlease-gc list: network %s: %s", f.Network, storeErr(f.Network, err))
 			unreadable++
 			continue
 		}

@@ -51,7 +51,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		snap, err := readStore(f)
 		if err != nil {
 			unreadable++
-			rows = append(rows, poolRow{Network: f.Network, RangeSet: -1, Error: err.Error()})
+			rows = append(rows, poolRow{Network: f.Network, RangeSet: -1, Error: storeErr(f.Network, err)})
 			continue
 		}
 		for _, u := range snap.Usage {

@@ -25,14 +25,19 @@ func versionString() string {
 // flagSet makes a command's flag set that reports errors instead of exiting.
 func flagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("hostlease-gc "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package prints its parse errors (which quote a mistyped flag
+	// name raw) to its output: discard them; parse returns the error and
+	// realMain prints it escaped. Only the help text goes to stderr.
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		for _, c := range commands() {
 			if c.name == name {
 				fmt.Fprintf(stderr, "usage: hostlease-gc %s\n\n%s.\n\nFlags:\n", c.usage, c.summary)
 			}
 		}
+		fs.SetOutput(stderr)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 		fmt.Fprint(stderr, exitCodesHelp)
 	}
 	return fs
@@ -41,9 +46,17 @@ func flagSet(name string, stderr io.Writer) *flag.FlagSet {
 // parse parses flags, turning a bad flag into a usage error. No number flag
 // of any command means anything as NaN or an infinity: those are refused
 // here, naming the flag; ranges are each command's to check.
+//
+// The help text is printed for -h/--help only; a parse error prints the
+// error and the usage line (realMain), not the whole help.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	help := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = help
+	if err != nil {
 		if err == flag.ErrHelp {
+			help()
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)

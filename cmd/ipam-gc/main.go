@@ -24,9 +24,10 @@ func commands() []command {
 		{"list", "list [--data-dir D] [--network N] [-o table|json]", "every allocation: IP, pod, sandbox, state, age", cmdList},
 		{"leaks", "leaks [--data-dir D] [--cri-endpoint E] [policy flags] [-o table|json]", "what a sweep would reclaim now, and why (or why not)", cmdLeaks},
 		{"release", "release IP|--sandbox ID [--network N] [--yes]", "release an address (or a sandbox's addresses) by hand", cmdRelease},
+		{"audit", "audit [--data-dir D] [--network N] [--limit N] [-o table|json]", "the stores' audit logs: releases, reclaims, imports, rebuilds, repairs", cmdAudit},
 		{"import", "import --network N [--host-local-dir D]", "import host-local state into a store", cmdImport},
 		{"export", "export --network N [--host-local-dir D]", "write a store back as host-local files (rollback)", cmdExport},
-		{"rebuild", "rebuild --network N [--cri-endpoint E] [--force]", "set an unreadable store aside and rebuild it from CRI", cmdRebuild},
+		{"rebuild", "rebuild --network N [--cri-endpoint E] [--force]", "set a damaged store aside and rebuild it from CRI and what still decodes", cmdRebuild},
 		{"version", "version", "print the version", func(_ []string, out, _ io.Writer) error { _, err := fmt.Fprintln(out, versionString()); return err }},
 	}
 }

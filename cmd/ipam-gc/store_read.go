@@ -98,3 +98,15 @@ func damagedErr(d allocator.DamagedRecord) string {
 func damagedSummary(n int) error {
 	return fmt.Errorf("%w: %d record(s) do not decode (their addresses stay reserved); free one with `release IP` or repair the store with `rebuild --network N`", errDamaged, n)
 }
+
+// storeErr is a store's read error as shown to an operator: damage says how
+// to repair it; anything else (permissions, I/O) is the environment's to fix.
+func storeErr(network string, err error) string {
+	switch {
+	case errors.Is(err, allocator.ErrStorePageDamaged):
+		return fmt.Sprintf("%v (repair: hostlease-gc rebuild --network %s --force)", err, network)
+	case allocator.IsDamage(err):
+		return fmt.Sprintf("%v (repair: hostlease-gc rebuild --network %s)", err, network)
+	}
+	return err.Error()
+}

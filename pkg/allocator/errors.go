@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 
 	berrors "go.etcd.io/bbolt/errors"
@@ -115,16 +116,65 @@ func classifyOpenError(path, op string, err error) error {
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
 		return fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, err)
 	}
-	var errno syscall.Errno
-	var pe *os.PathError
-	var se *os.SyscallError
-	if errors.As(err, &errno) || errors.As(err, &pe) || errors.As(err, &se) {
-		return &StoreIOError{Op: op, Path: path, Err: unwrapPath(err)}
+	if isSystemError(err) {
+		return &StoreIOError{Op: op, Path: path, Err: systemError(err)}
 	}
 	// bbolt's remaining open errors describe the file ("file size too small",
 	// a meta page it cannot use).
 	return fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, err)
 }
+
+// bboltSystemErrors are the prefixes of bbolt errors that report a failed
+// system call with %s (the errno is lost from the chain, kept in the text).
+var bboltSystemErrors = []string{"file resize error", "file sync error", "mmap allocate error",
+	"mlock", "munlock", "madvise", "unmap error", "file stat error", "meta 0 copy", "meta 1 copy"}
+
+// isSystemError reports whether err comes from a system call: an errno in
+// its chain, or one of bbolt's errors that print the errno as text.
+func isSystemError(err error) bool {
+	var errno syscall.Errno
+	var pe *os.PathError
+	var se *os.SyscallError
+	if errors.As(err, &errno) || errors.As(err, &pe) || errors.As(err, &se) {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range bboltSystemErrors {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// systemError is err for a StoreIOError: its errno when the chain has one,
+// else err with the errno its text names recovered.
+func systemError(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Err == errno {
+			return errno
+		}
+		return err
+	}
+	msg := err.Error()
+	for e := range errnoNames {
+		if strings.HasSuffix(msg, e.Error()) {
+			return &errnoText{msg: msg, errno: e}
+		}
+	}
+	return err
+}
+
+// errnoText is a system error whose errno was only in its text.
+type errnoText struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e *errnoText) Error() string { return e.msg }
+func (e *errnoText) Unwrap() error { return e.errno }
 
 // classifyTxError sorts an error of beginning or committing a transaction:
 // errnos are the environment; bbolt's verdicts on pages are damage.
@@ -135,11 +185,8 @@ func classifyTxError(path string, err error) error {
 	case errors.Is(err, ErrStoreUnreadable), errors.Is(err, ErrStorePageDamaged), errors.Is(err, ErrStoreIO):
 		return err
 	}
-	var errno syscall.Errno
-	var pe *os.PathError
-	var se *os.SyscallError
-	if errors.As(err, &errno) || errors.As(err, &pe) || errors.As(err, &se) {
-		return &StoreIOError{Op: "write", Path: path, Err: unwrapPath(err)}
+	if isSystemError(err) {
+		return &StoreIOError{Op: "write", Path: path, Err: systemError(err)}
 	}
 	return err
 }

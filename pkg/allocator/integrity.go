@@ -135,7 +135,7 @@ func (tx *Tx) Repairs() []IndexRepair { return tx.repairs }
 func (tx *Tx) DamagedRecords() []DamagedRecord {
 	var out []DamagedRecord
 	_ = tx.allocs.ForEach(func(k, v []byte) error {
-		if _, err := decodeRecord(v); err != nil {
+		if _, err := decodeAt(k, v); err != nil {
 			out = append(out, newDamaged(k, v, err))
 		}
 		return nil
@@ -230,7 +230,7 @@ func (tx *Tx) compareIndexes(why string, fix bool) IndexRepair {
 			}
 		}
 		owner := damagedOwner
-		if r, err := decodeRecord(v); err == nil {
+		if r, err := decodeAt(k, v); err == nil {
 			owner = [2]string{r.ContainerID, r.IfName}
 		} else if id, ifname := salvageOwner(v); id != "" {
 			owner = [2]string{id, ifname}

@@ -241,6 +241,9 @@ func damagedValues(good []byte) map[string][]byte {
 		"broken JSON":          []byte(`{"v":1,"ip":"10.0.0.3","containerID":`),
 		"JSON claiming binary": []byte(`{"v":2,"ip":"10.0.0.3","containerID":"b"}`),
 		"address family 9":     append([]byte{binaryFormat, 9}, good[2:]...),
+		// Decodes, but names another record's address: a release would
+		// delete that record and its index entries.
+		"names another address": appendRecord(rec("10.0.0.2", "b", "eth0")),
 	}
 }
 
@@ -418,7 +421,9 @@ func TestErrorClasses(t *testing.T) {
 		{"quota", syscall.EDQUOT, false, true, []string{"EDQUOT"}},
 		{"i/o", &os.SyscallError{Syscall: "fdatasync", Err: syscall.EIO}, false, true, []string{"EIO"}},
 		{"flock", fmt.Errorf("flock: %w", syscall.ENOLCK), false, true, []string{"ENOLCK"}},
-		{"mmap", fmt.Errorf("mmap allocate error: %w", syscall.ENOMEM), false, true, []string{"ENOMEM"}},
+		{"mmap", fmt.Errorf("mmap allocate error: %s", syscall.ENOMEM), false, true, []string{"ENOMEM"}},
+		{"resize, errno as text", fmt.Errorf("file resize error: %s", syscall.ENOSPC), false, true, []string{"ENOSPC", path}},
+		{"sync, errno as text", fmt.Errorf("file sync error: %s", syscall.EIO), false, true, []string{"EIO"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -135,7 +135,7 @@ func decodeRange(part []cachedRecord) {
 		if it.rec != nil || it.err != nil {
 			continue
 		}
-		r, err := decodeRecord(it.raw)
+		r, err := decodeAt(it.key, it.raw)
 		if err != nil {
 			ip, _ := keyAddr(it.key)
 			it.err = &recordError{ip: ip.String(), err: err}

@@ -82,6 +82,20 @@ func encodeRecord(r *Record) ([]byte, error) {
 	return appendRecord(r), nil
 }
 
+// decodeAt reads the record stored under key: decodeRecord, and the address
+// it names must be the key's. A record naming another address is damaged (a
+// write of it would touch the other address's record and index entries).
+func decodeAt(key, v []byte) (*Record, error) {
+	r, err := decodeRecord(v)
+	if err != nil {
+		return nil, err
+	}
+	if ip, ok := keyAddr(key); !ok || ip != r.IP {
+		return nil, fmt.Errorf("undecodable record: it names %s but is stored under key %x", r.IP, key)
+	}
+	return r, nil
+}
+
 // decodeRecord reads a stored record in either form (binary, or schema 1's JSON).
 func decodeRecord(b []byte) (*Record, error) {
 	if !isJSON(b) {

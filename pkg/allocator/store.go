@@ -247,15 +247,16 @@ func create(path string) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp)
+	// Errors name the store: the temporary file is removed on return.
 	if err := f.Close(); err != nil {
-		return &StoreIOError{Op: "create", Path: tmp, Err: unwrapPath(err)}
+		return &StoreIOError{Op: "create", Path: path, Err: unwrapPath(err)}
 	}
 	db, err := bolt.Open(tmp, 0o600, nil) // an empty file: bbolt initialises it
 	if err != nil {
-		return classifyOpenError(tmp, "create", err)
+		return classifyOpenError(path, "create", err)
 	}
 	if err := db.Close(); err != nil {
-		return classifyOpenError(tmp, "create", err)
+		return classifyOpenError(path, "create", err)
 	}
 	// link(2) never follows its new path: a symlink there (dangling or not)
 	// is EEXIST, and the Open that follows refuses it.
@@ -355,7 +356,7 @@ func (s *Store) init() (err error) {
 			// (one that does not is left to hostlease-gc, as everywhere).
 			owners := btx.Bucket(bucketOwners)
 			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
-				if r, err := decodeRecord(v); err == nil {
+				if r, err := decodeAt(k, v); err == nil {
 					return owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), k...), nil)
 				}
 				return nil
@@ -368,7 +369,7 @@ func (s *Store) init() (err error) {
 			// records are those whose source says so.
 			imported := btx.Bucket(bucketImported)
 			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
-				if r, err := decodeRecord(v); err == nil && r.Source == SourceHostLocal {
+				if r, err := decodeAt(k, v); err == nil && r.Source == SourceHostLocal {
 					return imported.Put(k, nil)
 				}
 				return nil

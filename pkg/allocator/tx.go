@@ -73,11 +73,12 @@ var ownerHash = func(containerID, ifname string) uint64 {
 // Get returns the record holding ip, or nil. A record that does not decode
 // is an error (see Lookup for one that tells the two apart).
 func (tx *Tx) Get(ip netip.Addr) (*Record, error) {
-	v := tx.allocs.Get(addrKey(ip))
+	key := addrKey(ip)
+	v := tx.allocs.Get(key)
 	if v == nil {
 		return nil, nil
 	}
-	return decodeRecord(v)
+	return decodeAt(key, v)
 }
 
 // Lookup returns the record holding ip, or the damaged record there, or
@@ -88,7 +89,7 @@ func (tx *Tx) Lookup(ip netip.Addr) (*Record, *DamagedRecord) {
 	if v == nil {
 		return nil, nil
 	}
-	r, err := decodeRecord(v)
+	r, err := decodeAt(key, v)
 	if err != nil {
 		d := newDamaged(key, v, err)
 		return nil, &d
@@ -121,7 +122,7 @@ var ErrAddressHeld = errors.New("address is held by another record")
 func (tx *Tx) Put(r *Record) error {
 	key := addrKey(r.IP)
 	if old := tx.allocs.Get(key); old != nil {
-		prev, err := decodeRecord(old)
+		prev, err := decodeAt(key, old)
 		if err != nil {
 			return fmt.Errorf("%w: %s has a damaged record (%v); it stays reserved until released (hostlease-gc release %s)", ErrAddressHeld, r.IP, err, r.IP)
 		}
@@ -144,7 +145,7 @@ func (tx *Tx) Replace(r *Record) (*Record, *DamagedRecord, error) {
 	if old == nil {
 		return nil, nil, tx.putRecord(r, key, true)
 	}
-	prev, derr := decodeRecord(old)
+	prev, derr := decodeAt(key, old)
 	var damaged *DamagedRecord
 	if derr != nil {
 		d := newDamaged(key, old, derr)
@@ -196,7 +197,7 @@ func (tx *Tx) Delete(ip netip.Addr) (*Record, error) {
 	if v == nil {
 		return nil, nil
 	}
-	r, err := decodeRecord(v)
+	r, err := decodeAt(key, v)
 	if err != nil {
 		return &Record{IP: ip}, tx.deleteDamaged(key, ip)
 	}
@@ -312,7 +313,7 @@ func (tx *Tx) ByOwner(containerID, ifname string) ([]*Record, error) {
 		if v == nil {
 			continue
 		}
-		r, err := decodeRecord(v)
+		r, err := decodeAt(key, v)
 		if err != nil {
 			tx.noteDamaged(newDamaged(key, v, err))
 			continue
@@ -333,7 +334,7 @@ func (tx *Tx) scanOwner(containerID, ifname string) []*Record {
 		if match, sure := ownerMatches(v, containerID, ifname); sure && !match {
 			return nil // most records: told apart without decoding
 		}
-		r, err := decodeRecord(v)
+		r, err := decodeAt(k, v)
 		if err != nil {
 			tx.noteDamaged(newDamaged(k, v, err))
 			return nil
@@ -371,7 +372,7 @@ func ownerMatches(v []byte, containerID, ifname string) (match, sure bool) {
 // of them). fn must not write.
 func (tx *Tx) ForEach(fn func(*Record) error) error {
 	return tx.allocs.ForEach(func(k, v []byte) error {
-		r, err := decodeRecord(v)
+		r, err := decodeAt(k, v)
 		if err != nil {
 			tx.noteDamaged(newDamaged(k, v, err))
 			return nil

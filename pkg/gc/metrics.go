@@ -22,12 +22,17 @@ const (
 	ReclaimSandboxAbsent = "sandbox_absent"
 	ReclaimNetnsGone     = "netns_gone"
 	ReclaimPredatesBoot  = "predates_boot"
+	ReclaimHostLocalGone = "host_local_gone"
 	ReclaimManual        = "manual"
 
 	VetoPodListsIP       = "pod_lists_ip"
 	VetoMassReclaimGuard = "mass_reclaim_guard"
 
 	FailureExhausted = "exhausted"
+
+	ReReserveUnrecorded = "unrecorded"
+	ReReserveOtherOwner = "other_owner"
+	ReReserveDamaged    = "damaged"
 
 	SweepOK         = "ok"
 	SweepCRIError   = "cri_error"
@@ -67,6 +72,10 @@ type Metrics struct {
 	LastSuccessfulSweep prometheus.Gauge
 	CRIUp               prometheus.Gauge
 	StoresRebuilt       *prometheus.CounterVec // network
+	StoreErrors         *prometheus.CounterVec // network, class, errno
+	DamagedRecords      *prometheus.GaugeVec   // network
+	AddressesReReserved *prometheus.CounterVec // network, reason
+	AddressConflicts    *prometheus.CounterVec // network
 
 	mu        sync.Mutex
 	rangeSets map[string]map[string]bool // network -> range sets with pool gauges
@@ -100,7 +109,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{labelNetwork}),
 		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "reclaims_total",
-			Help: "Addresses reclaimed, by reason (sandbox_absent, netns_gone, predates_boot, manual).",
+			Help: "Addresses reclaimed, by reason (sandbox_absent, netns_gone, predates_boot, host_local_gone, manual).",
 		}, []string{labelNetwork, "reason"}),
 		Vetoes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "vetoes_total",
@@ -139,6 +148,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: metricsNamespace, Name: "stores_rebuilt_total",
 			Help: "Unreadable stores moved aside and rebuilt from CRI.",
 		}, []string{labelNetwork}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "store_errors_total",
+			Help: "Sweeps that could not use a network's store, by class (environment: an errno of the system, never a rebuild; unreadable: set aside and rebuilt; damaged_page: reported, nothing reclaimed; other) and errno name for the environment class.",
+		}, []string{labelNetwork, "class", "errno"}),
+		DamagedRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "damaged_records",
+			Help: "Records of a network's store that do not decode: quarantined, their addresses stay reserved until an operator releases or rebuilds them.",
+		}, []string{labelNetwork}),
+		AddressesReReserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "addresses_rereserved_total",
+			Help: "Addresses a READY sandbox uses that the store did not hold for it, re-reserved for that sandbox, by reason (unrecorded, other_owner, damaged).",
+		}, []string{labelNetwork, "reason"}),
+		AddressConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "address_conflicts_total",
+			Help: "Addresses a READY sandbox uses that the store holds for another READY sandbox: reported, not rewritten.",
+		}, []string{labelNetwork}),
 	}
 	m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
 	// Pre-create the label-only series so rate()/increase() have a zero to
@@ -157,7 +182,8 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.BuildInfo, m.PoolSize, m.PoolFree, m.Allocations, m.LeakCandidates,
 		m.Reclaims, m.Vetoes, m.ReclaimGuardTripped, m.AllocationFailures,
 		m.LastExhaustion, m.Sweeps, m.SweepDuration, m.LastSuccessfulSweep,
-		m.CRIUp, m.StoresRebuilt,
+		m.CRIUp, m.StoresRebuilt, m.StoreErrors, m.DamagedRecords,
+		m.AddressesReReserved, m.AddressConflicts,
 	}
 }
 
@@ -173,7 +199,7 @@ type PoolStats struct {
 // given range sets) so that increase() in alerts sees the first event. Call it
 // when a network's store is first seen; it is idempotent.
 func (m *Metrics) InitNetwork(network string, rangeSets ...string) {
-	for _, r := range []string{ReclaimSandboxAbsent, ReclaimNetnsGone, ReclaimPredatesBoot, ReclaimManual} {
+	for _, r := range []string{ReclaimSandboxAbsent, ReclaimNetnsGone, ReclaimPredatesBoot, ReclaimHostLocalGone, ReclaimManual} {
 		m.Reclaims.WithLabelValues(network, r)
 	}
 	for _, r := range []string{VetoPodListsIP, VetoMassReclaimGuard} {
@@ -181,6 +207,10 @@ func (m *Metrics) InitNetwork(network string, rangeSets ...string) {
 	}
 	m.ReclaimGuardTripped.WithLabelValues(network)
 	m.StoresRebuilt.WithLabelValues(network)
+	for _, r := range []string{ReReserveUnrecorded, ReReserveOtherOwner, ReReserveDamaged} {
+		m.AddressesReReserved.WithLabelValues(network, r)
+	}
+	m.AddressConflicts.WithLabelValues(network)
 	for _, rs := range rangeSets {
 		m.AllocationFailures.WithLabelValues(network, rs, FailureExhausted)
 	}
@@ -266,4 +296,8 @@ func (m *Metrics) DeleteNetwork(network string) {
 	m.AllocationFailures.DeletePartialMatch(match)
 	m.LastExhaustion.DeletePartialMatch(match)
 	m.StoresRebuilt.DeletePartialMatch(match)
+	m.StoreErrors.DeletePartialMatch(match)
+	m.DamagedRecords.DeletePartialMatch(match)
+	m.AddressesReReserved.DeletePartialMatch(match)
+	m.AddressConflicts.DeletePartialMatch(match)
 }

@@ -34,6 +34,10 @@ var contractMetrics = map[string]struct {
 	"hostlease_last_successful_sweep_timestamp_seconds": {"gauge", nil},
 	"hostlease_cri_up":                                  {"gauge", nil},
 	"hostlease_stores_rebuilt_total":                    {"counter", []string{"network"}},
+	"hostlease_store_errors_total":                      {"counter", []string{"class", "errno", "network"}},
+	"hostlease_damaged_records":                         {"gauge", []string{"network"}},
+	"hostlease_addresses_rereserved_total":              {"counter", []string{"network", "reason"}},
+	"hostlease_address_conflicts_total":                 {"counter", []string{"network"}},
 }
 
 func scrape(t *testing.T, reg *prometheus.Registry) string {
@@ -73,6 +77,10 @@ func populate(m *Metrics) {
 	m.ObserveSweep(SweepCRIError, 3*time.Second, time.Unix(1700000130, 0))
 	m.SetCRIUp(false)
 	m.StoresRebuilt.WithLabelValues("podnet").Inc()
+	m.StoreErrors.WithLabelValues("podnet", ClassEnvironment, "EROFS").Inc()
+	m.DamagedRecords.WithLabelValues("podnet").Set(2)
+	m.AddressesReReserved.WithLabelValues("podnet", ReReserveUnrecorded).Inc()
+	m.AddressConflicts.WithLabelValues("podnet").Inc()
 }
 
 func TestMetricsContract(t *testing.T) {
@@ -139,6 +147,12 @@ func TestMetricsContract(t *testing.T) {
 		`hostlease_last_successful_sweep_timestamp_seconds 1.7000001005e+09`,
 		`hostlease_cri_up 0`,
 		`hostlease_stores_rebuilt_total{network="podnet"} 1`,
+		`hostlease_store_errors_total{class="environment",errno="EROFS",network="podnet"} 1`,
+		`hostlease_damaged_records{network="podnet"} 2`,
+		`hostlease_addresses_rereserved_total{network="podnet",reason="unrecorded"} 1`,
+		`hostlease_addresses_rereserved_total{network="podnet",reason="other_owner"} 0`,
+		`hostlease_reclaims_total{network="podnet",reason="predates_boot"} 0`,
+		`hostlease_address_conflicts_total{network="podnet"} 1`,
 	} {
 		if !strings.Contains(text, "\n"+line+"\n") {
 			t.Errorf("scrape lacks line %q", line)

@@ -41,29 +41,31 @@ func WatchNetnsDir(ctx context.Context, dir string, debounce, retry time.Duratio
 	gone := make(chan struct{}, 1)
 	lost := make(chan int32, 16)
 	go readInotify(f, gone, lost)
+	wd, everWatched := -1, false
+	watch := func() {
+		w, err := unix.InotifyAddWatch(fd, dir, netnsWatchMask)
+		if err != nil {
+			if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+				log.Warn("cannot watch --netns-dir yet", "netnsDir", dir, "error", err)
+			}
+			return
+		}
+		wd = w
+		log.Info("watching --netns-dir for removed netns", "netnsDir", dir)
+		if everWatched {
+			// Entries may have gone while nothing watched.
+			select {
+			case gone <- struct{}{}:
+			default:
+			}
+		}
+		everWatched = true
+	}
+	// The first watch is set up before returning: a removal after the
+	// caller's first sweep is never missed.
+	watch()
 	go func() {
 		defer f.Close()
-		wd, everWatched := -1, false
-		watch := func() {
-			w, err := unix.InotifyAddWatch(fd, dir, netnsWatchMask)
-			if err != nil {
-				if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
-					log.Warn("cannot watch --netns-dir yet", "netnsDir", dir, "error", err)
-				}
-				return
-			}
-			wd = w
-			log.Info("watching --netns-dir for removed netns", "netnsDir", dir)
-			if everWatched {
-				// Entries may have gone while nothing watched.
-				select {
-				case gone <- struct{}{}:
-				default:
-				}
-			}
-			everWatched = true
-		}
-		watch()
 		retryTick := time.NewTicker(retry)
 		defer retryTick.Stop()
 		var fire <-chan time.Time

@@ -10,33 +10,48 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
-// RebuildStore replaces the unreadable store at path with one rebuilt from the
-// runtime: every READY sandbox's addresses (limited to sets when known) become
-// committed records. The unreadable file is kept as <path>.corrupt-<unix>.
+// RebuildStore replaces the store at path with one rebuilt from the runtime
+// and from what can still be read of the old one. The old file is kept as
+// <path>.corrupt-<unix>. The new store holds:
+//   - every address a READY sandbox uses (limited to sets when known), as a
+//     committed record of that sandbox: the runtime is the truth for those;
+//   - every address a NOTREADY sandbox still reports (PodSandboxStatus): its
+//     pod is stopped, not gone, and the runtime's DEL releases it later;
+//   - when the old store opens (a logically damaged one: records that do not
+//     decode, lost indexes), every record that still decodes and whose
+//     address no sandbox above claims, as it was (a pending ADD in flight
+//     keeps its address), and every damaged record's address, reserved for
+//     the owner its readable part names (or for nobody, "" — the daemon's
+//     rules reclaim it once no sandbox is seen to use it, never at once).
 //
 // The swap is atomic: the new store is written and fsynced beside the old one,
 // the old one is hard-linked aside, and the new one is renamed over it. A plugin
-// therefore sees either the unreadable store (and refuses ADD) or the rebuilt
-// one, never a missing store it would create empty and allocate from.
+// therefore sees either the old store or the rebuilt one, never a missing store
+// it would create empty and allocate from.
 func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time) (aside string, n int, err error) {
 	var recs []*allocator.Record
+	claimed := map[netip.Addr]bool{}
 	for _, sb := range sandboxes {
-		if sb.State != SandboxReady {
+		if sb.State != SandboxReady && sb.State != SandboxNotReady {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, criTimeout)
 		ips, err := cri.SandboxIPs(cctx, sb.ID)
 		cancel()
 		if err != nil {
+			if sb.State != SandboxReady {
+				continue // a stopped sandbox may have no status left
+			}
 			return "", 0, fmt.Errorf("PodSandboxStatus %s: %w (rebuild needs every READY sandbox's addresses)", sb.ID, err)
 		}
 		for _, ip := range ips {
 			rs, r, ok := rangeOf(sets, ip)
-			if len(sets) > 0 && !ok {
-				continue // another network's address
+			if len(sets) > 0 && !ok || claimed[ip] {
+				continue // another network's address, or listed twice
 			}
+			claimed[ip] = true
 			rec := &allocator.Record{
-				IP: ip, RangeSet: rs, ContainerID: sb.ID, Network: network,
+				IP: ip, RangeSet: rs, ContainerID: sb.ID, IfName: ReReserveIfName, Network: network,
 				PodNamespace: sb.PodNamespace, PodName: sb.PodName, PodUID: sb.PodUID,
 				State: allocator.StateCommitted, Source: "rebuild", Created: now, Committed: now,
 			}
@@ -45,6 +60,40 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 			}
 			recs = append(recs, rec)
 		}
+	}
+	// What the old store still holds, when it opens at all.
+	old := salvage(path)
+	if len(sets) == 0 {
+		sets = old.sets
+	}
+	kept := 0
+	for _, r := range old.records {
+		if claimed[r.IP] {
+			continue
+		}
+		claimed[r.IP] = true
+		cp := *r
+		recs = append(recs, &cp)
+		kept++
+	}
+	var unattributed []string
+	damagedKept := 0
+	for _, d := range old.damaged {
+		if !d.IP.IsValid() || claimed[d.IP] {
+			continue
+		}
+		claimed[d.IP] = true
+		rs, r, ok := rangeOf(sets, d.IP)
+		rec := &allocator.Record{IP: d.IP, RangeSet: rs, ContainerID: d.ContainerID, IfName: d.IfName, Network: network,
+			State: allocator.StatePending, Source: "rebuild-damaged", Created: now}
+		if ok {
+			rec.PrefixLen, rec.Gateway = r.Subnet.Bits(), r.Gateway
+		}
+		if d.ContainerID == "" {
+			unattributed = append(unattributed, d.IP.String())
+		}
+		recs = append(recs, rec)
+		damagedKept++
 	}
 	tmp := path + ".rebuild"
 	_ = os.Remove(tmp)
@@ -67,15 +116,19 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 			return err
 		}
 		for _, r := range recs {
-			if prev, _ := tx.Get(r.IP); prev != nil {
+			if prev, dmg := tx.Lookup(r.IP); prev != nil || dmg != nil {
 				continue
 			}
 			if err := tx.Put(r); err != nil {
 				return err
 			}
 		}
-		return tx.Audit(allocator.AuditEvent{Time: now, Action: "rebuild", By: "hostlease-gc",
-			Reason: fmt.Sprintf("store was unreadable; rebuilt %d records from CRI", len(recs))})
+		why := fmt.Sprintf("rebuilt %d records: %d from CRI, %d kept from the old store, %d damaged ones kept reserved",
+			len(recs), len(recs)-kept-damagedKept, kept, damagedKept)
+		if len(unattributed) > 0 {
+			why += fmt.Sprintf("; owner unknown (kept reserved, reclaimed by the usual rules unless a sandbox uses them): %v", unattributed)
+		}
+		return tx.Audit(allocator.AuditEvent{Time: now, Action: "rebuild", By: "hostlease-gc", Reason: why})
 	})
 	if cerr := st.Close(); err == nil {
 		err = cerr
@@ -120,7 +173,7 @@ func (s *Sweeper) rebuild(ctx context.Context, nr *NetworkReport, view CRIView, 
 		log.Warn("store unreadable; not rebuilding without a complete CRI answer", "error", nr.Err)
 		return
 	}
-	aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.rangeCache[nr.Network], s.now())
+	aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.rangeCache[nr.Path], s.now())
 	if err != nil {
 		log.Error("store unreadable and rebuild failed", "error", err, "cause", nr.Err)
 		return
@@ -131,4 +184,33 @@ func (s *Sweeper) rebuild(ctx context.Context, nr *NetworkReport, view CRIView, 
 		s.Metrics.StoresRebuilt.WithLabelValues(nr.Network).Inc()
 	}
 	nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
+}
+
+// salvaged is what could still be read of a store before a rebuild.
+type salvaged struct {
+	records []*allocator.Record
+	damaged []allocator.DamagedRecord
+	sets    []allocator.StoredRangeSet
+}
+
+// salvage reads what it can of the store at path: nothing when it does not
+// open; the records that decode, the damaged ones and the range sets
+// otherwise, as far as a damaged page lets the read go.
+func salvage(path string) salvaged {
+	var out salvaged
+	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: storeLockTimeout})
+	if err != nil {
+		return out
+	}
+	defer st.Close()
+	_ = st.View(func(tx *allocator.Tx) error {
+		out.sets, _ = tx.RangeSets()
+		out.damaged = tx.DamagedRecords()
+		return tx.ForEach(func(r *allocator.Record) error {
+			cp := *r
+			out.records = append(out.records, &cp)
+			return nil
+		})
+	})
+	return out
 }

@@ -42,10 +42,19 @@ func FindStores(dir string) ([]StoreFile, error) {
 
 // Snapshot is what one read transaction saw of a store.
 type Snapshot struct {
-	Records     []*allocator.Record
-	RangeSets   []allocator.StoredRangeSet
-	Usage       []allocator.PoolUsage
-	Exhaustions map[int]allocator.Exhaustion
+	// Network is the name the store records (a long name's file name is
+	// shortened, so it is not derived from the file).
+	Network string
+	Records []*allocator.Record
+	// Damaged are the records that do not decode: quarantined, their
+	// addresses stay reserved, and they count as held.
+	Damaged []allocator.DamagedRecord
+	// RangeSetsErr is set when the stored range sets do not decode (the next
+	// ADD rewrites them): the sweep carries on without pool sizes.
+	RangeSetsErr error
+	RangeSets    []allocator.StoredRangeSet
+	Usage        []allocator.PoolUsage
+	Exhaustions  map[int]allocator.Exhaustion
 	// seen[i] is Records[i] with the bytes it was decoded from, so that a
 	// write can tell without decoding that the record is unchanged since.
 	seen []allocator.Seen
@@ -64,7 +73,7 @@ func (s *Snapshot) PoolSize() float64 {
 
 // Held is how many records the store holds, the base of the mass-reclaim
 // guard.
-func (s *Snapshot) Held() int { return len(s.Records) }
+func (s *Snapshot) Held() int { return len(s.Records) + len(s.Damaged) }
 
 // ReadSnapshot opens the store briefly, reads everything the daemon needs in one
 // read transaction, and closes it again: plugins never wait on the daemon for
@@ -87,6 +96,7 @@ func readSnapshot(path string, cache *allocator.RecordCache) (*Snapshot, error) 
 	if err != nil {
 		return snap, err
 	}
+	snap.Damaged = scan.Damaged()
 	snap.seen = seen
 	if len(seen) > 0 {
 		snap.Records = make([]*allocator.Record, len(seen))
@@ -112,10 +122,14 @@ func scanStore(path string, cache *allocator.RecordCache) (*Snapshot, *allocator
 	snap := &Snapshot{}
 	var scan *allocator.RecordScan
 	err = s.View(func(tx *allocator.Tx) error {
+		snap.Network = tx.Network()
 		scan = tx.ScanRecords(cache)
 		var err error
 		if snap.RangeSets, err = tx.RangeSets(); err != nil {
-			return err
+			if !errors.Is(err, allocator.ErrDamagedValue) {
+				return err
+			}
+			snap.RangeSets, snap.RangeSetsErr = nil, err
 		}
 		snap.Usage = allocator.Usage(tx, snap.RangeSets)
 		snap.Exhaustions, err = tx.Exhaustions()

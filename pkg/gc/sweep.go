@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,20 +33,23 @@ type Sweeper struct {
 	mu sync.Mutex // one sweep at a time
 	// exhaustSeen is the exhaustion count last exported per network and range set.
 	exhaustSeen map[string]map[int]uint64
-	// rangeCache keeps each network's range sets, so a store that turns
+	// rangeCache keeps each store's range sets (by path), so a store that turns
 	// unreadable can be rebuilt with only the addresses that belong to it.
 	rangeCache map[string][]allocator.StoredRangeSet
 	known      map[string]bool // networks whose metrics exist
 	// dryObs holds, in dry-run, the observations a real sweep would have
 	// stored, so misses accumulate across sweeps without writing the store.
 	dryObs map[string]map[obsKey]allocator.Observation
-	// decoded keeps each network's records as decoded last sweep, so a sweep
+	// decoded keeps each store's records (by path) as decoded last sweep, so a sweep
 	// decodes only the records that changed since.
 	decoded map[string]*allocator.RecordCache
 	// infoWrites overrides MaxInfoWrites (tests).
 	infoWrites int
 	// bootErr is the last boot-time error logged, to log a new one once.
 	bootErr string
+	// statusIPs caches the addresses of READY sandboxes no record names, by
+	// sandbox ID (see sandboxUses).
+	statusIPs map[string][]netip.Addr
 }
 
 // bootTime is the node's boot time, or zero (no proof by boot) when it
@@ -97,7 +102,15 @@ type NetworkReport struct {
 	Reclaimed []*allocator.Record
 	Committed int
 	Rebuilt   string // where the unreadable store was set aside, when rebuilt
-	Err       error
+	// ReReserve is what the CRI → store reconciliation found (Reconcile);
+	// ReReserved the re-reservations written.
+	ReReserve  []ReReserve
+	ReReserved []ReReserve
+	// hostLocalGone is set when a record imported from host-local has lost
+	// its reservation file; HostLocalReleased lists what the write released.
+	hostLocalGone     bool
+	HostLocalReleased []*allocator.Record
+	Err               error
 }
 
 // SweepReport is the outcome of one sweep.
@@ -129,8 +142,13 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	if err != nil {
 		s.Log.Error("cannot list stores", "dataDir", s.Opts.DataDir, "error", err)
 		rep.Result = SweepStoreError
-	} else {
-		s.forgetRemoved(files)
+	}
+	if !s.Opts.DryRun {
+		// A plugin killed during a network's first use leaves its temporary
+		// store behind; nothing else removes it.
+		if removed, err := allocator.CleanStaleTemp(s.Opts.DataDir, allocator.StaleTempAge, time.Now()); len(removed) > 0 || err != nil {
+			s.Log.Info("removed stale temporary store files", "files", removed, "error", err)
+		}
 	}
 	// The boot time is read before CRI is listed: a committed record written
 	// before the boot cannot belong to a sandbox CRI lists, so it does not
@@ -142,22 +160,47 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	for _, f := range files {
 		nr := &NetworkReport{Network: f.Network, Path: f.Path}
 		rep.Networks = append(rep.Networks, nr)
-		nr.Snapshot, nr.Err = readSnapshot(f.Path, s.decodeCache(f.Network))
-		switch {
-		case errors.Is(nr.Err, allocator.ErrStoreUnreadable):
-			unreadable = append(unreadable, nr)
-		case nr.Err != nil:
-			rep.Result = SweepStoreError
-			s.Log.Warn("store skipped this sweep", "network", f.Network, "error", nr.Err)
-		default:
+		nr.Snapshot, nr.Err = readSnapshot(f.Path, s.decodeCache(f.Path))
+		if nr.Snapshot != nil && nr.Snapshot.Network != "" {
+			nr.Network = nr.Snapshot.Network
+		}
+		switch class := ErrorClass(nr.Err); class {
+		case "":
 			for _, r := range nr.Snapshot.Records {
 				if r.State == allocator.StateCommitted && !PredatesBoot(r.Created, boot, probe) {
 					committed++
 				}
 			}
-			s.cacheRanges(f.Network, nr.Snapshot.RangeSets)
+			s.cacheRanges(f.Path, nr.Snapshot.RangeSets)
+			if len(nr.Snapshot.Damaged) > 0 {
+				s.Log.Warn("store has damaged records: their addresses stay reserved; the healthy records are swept",
+					"network", nr.Network, "damaged", len(nr.Snapshot.Damaged), "first", nr.Snapshot.Damaged[0].String())
+			}
+			if nr.Snapshot.RangeSetsErr != nil {
+				s.Log.Warn("store's range sets do not decode (the next ADD rewrites them): no pool sizes this sweep", "network", nr.Network, "error", nr.Snapshot.RangeSetsErr)
+			}
+		case ClassUnreadable:
+			unreadable = append(unreadable, nr)
+			s.countStoreError(nr, class)
+		case ClassEnvironment:
+			// Says nothing about the store's content: never a reason to set
+			// it aside or rebuild it. Looked at again next sweep.
+			rep.Result = SweepStoreError
+			s.countStoreError(nr, class)
+			s.Log.Warn("store skipped this sweep: environment error (not damage; the store is left as it is)",
+				"network", nr.Network, "errno", errnoOf(nr.Err), "error", nr.Err)
+		case ClassDamagedPage:
+			rep.Result = SweepStoreError
+			s.countStoreError(nr, class)
+			s.Log.Error("store has a damaged page: reclaiming nothing on this network; an operator rebuilds it (hostlease-gc rebuild --force)",
+				"network", nr.Network, "error", nr.Err)
+		default:
+			rep.Result = SweepStoreError
+			s.countStoreError(nr, class)
+			s.Log.Warn("store skipped this sweep", "network", nr.Network, "error", nr.Err)
 		}
 	}
+	s.forgetRemoved(files, rep.Networks)
 
 	now := s.now()
 	view, sandboxes := ListView(ctx, s.CRI, committed, now)
@@ -173,6 +216,23 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 
 	for _, nr := range unreadable {
 		s.rebuild(ctx, nr, view, sandboxes)
+		if nr.Err != nil {
+			rep.Result = SweepStoreError
+		}
+	}
+
+	for _, nr := range rep.Networks {
+		if nr.Snapshot != nil && nr.Err == nil {
+			nr.hostLocalGone = hostLocalFileGone(s.hostLocalDir(nr.Network), nr.Snapshot.Records)
+		}
+	}
+
+	// CRI → store: every address a READY sandbox uses is held by it.
+	uses := s.sandboxUses(ctx, view, sandboxes, rep.Networks)
+	for _, nr := range rep.Networks {
+		if nr.Snapshot != nil && nr.Err == nil {
+			nr.ReReserve = Reconcile(uses, nr.Snapshot.Records, nr.Snapshot.Damaged, nr.Snapshot.RangeSets, view)
+		}
 	}
 
 	if s.Opts.DryRun {
@@ -263,26 +323,26 @@ func (s *Sweeper) keepDryObs(nets []*NetworkReport) {
 	}
 }
 
-func (s *Sweeper) decodeCache(network string) *allocator.RecordCache {
+func (s *Sweeper) decodeCache(path string) *allocator.RecordCache {
 	if s.decoded == nil {
 		s.decoded = map[string]*allocator.RecordCache{}
 	}
-	c := s.decoded[network]
+	c := s.decoded[path]
 	if c == nil {
 		c = &allocator.RecordCache{}
-		s.decoded[network] = c
+		s.decoded[path] = c
 	}
 	return c
 }
 
-func (s *Sweeper) cacheRanges(network string, sets []allocator.StoredRangeSet) {
+func (s *Sweeper) cacheRanges(path string, sets []allocator.StoredRangeSet) {
 	if len(sets) == 0 {
 		return
 	}
 	if s.rangeCache == nil {
 		s.rangeCache = map[string][]allocator.StoredRangeSet{}
 	}
-	s.rangeCache[network] = sets
+	s.rangeCache[path] = sets
 }
 
 // candidates pairs each record CRI does not list with its proof of death, if
@@ -383,7 +443,8 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 // changed since is decoded and checked again.
 func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	plan := planWrites(nr.Snapshot, nr.Verdict, s.maxInfoWrites(), now)
-	if len(plan) == 0 {
+	rereserve := slices.ContainsFunc(nr.ReReserve, func(rr ReReserve) bool { return !rr.Conflict })
+	if len(plan) == 0 && !rereserve && !nr.hostLocalGone {
 		// Nothing to store: no write transaction, so no exclusive lock and no
 		// fdatasyncs (an empty bbolt commit still writes its meta page) that
 		// plugin calls would wait behind.
@@ -396,9 +457,19 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	defer st.Close()
 	var reclaimed []*allocator.Record
 	var stored []allocator.Rewrite
+	var rereserved, hlReleased = []ReReserve(nil), []*allocator.Record(nil)
 	committed := 0
 	err = st.Update(func(tx *allocator.Tx) error {
 		reclaimed, stored, committed = nil, stored[:0], 0
+		var err error
+		if rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, nr.ReReserve, now); err != nil {
+			return err
+		}
+		if nr.hostLocalGone {
+			if hlReleased, err = allocator.ReleaseVanishedHostLocal(tx, s.hostLocalDir(nr.Network), now); err != nil {
+				return err
+			}
+		}
 		for _, w := range plan {
 			d := w.d
 			if w.prepared {
@@ -445,9 +516,9 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 		return nil
 	})
 	if err == nil {
-		nr.Reclaimed, nr.Committed = reclaimed, committed
+		nr.Reclaimed, nr.Committed, nr.ReReserved, nr.HostLocalReleased = reclaimed, committed, rereserved, hlReleased
 		// What was just written need not be decoded again next sweep.
-		cache := s.decodeCache(nr.Network)
+		cache := s.decodeCache(nr.Path)
 		for _, w := range stored {
 			cache.Stored(w)
 		}
@@ -531,6 +602,11 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 			log.Warn("could not post Event", "error", err)
 		}
 	}
+	s.reportReReserves(ctx, log, nr, api)
+	for _, r := range nr.HostLocalReleased {
+		log.Info("released address imported from host-local: its reservation file was removed (host-local DEL by a runtime with a cached host-local config)",
+			"ip", r.IP, "container", r.ContainerID, "ifname", r.IfName)
+	}
 	if s.Opts.DryRun {
 		for _, d := range nr.Verdict.Decisions {
 			if d.Action == Reclaim {
@@ -570,11 +646,21 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 			m.Vetoes.WithLabelValues(nr.Network, VetoPodListsIP).Inc()
 		}
 	}
-	m.SetAllocations(nr.Network, pending, committedN)
+	m.SetAllocations(nr.Network, pending+len(nr.Snapshot.Damaged), committedN+len(nr.ReReserved))
+	m.DamagedRecords.WithLabelValues(nr.Network).Set(float64(len(nr.Snapshot.Damaged)))
+	for _, rr := range nr.ReReserved {
+		m.AddressesReReserved.WithLabelValues(nr.Network, rr.Reason).Inc()
+	}
+	for _, rr := range nr.ReReserve {
+		if rr.Conflict {
+			m.AddressConflicts.WithLabelValues(nr.Network).Inc()
+		}
+	}
 	m.SetLeakCandidates(nr.Network, candidates-len(nr.Reclaimed))
 	for _, r := range nr.Reclaimed {
 		m.Reclaims.WithLabelValues(nr.Network, decisionFor(nr.Verdict, r).Reason).Inc()
 	}
+	m.Reclaims.WithLabelValues(nr.Network, ReclaimHostLocalGone).Add(float64(len(nr.HostLocalReleased)))
 	if nr.Verdict.Guarded {
 		m.ReclaimGuardTripped.WithLabelValues(nr.Network).Inc()
 		m.Vetoes.WithLabelValues(nr.Network, VetoMassReclaimGuard).Add(float64(nr.Verdict.WouldReclaim))
@@ -583,7 +669,12 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 	for _, u := range nr.Snapshot.Usage {
 		size, _ := u.Size.Float64()
 		used := u.Used
-		for _, r := range nr.Reclaimed {
+		for _, rr := range nr.ReReserved {
+			if rs, _, ok := rangeOf(nr.Snapshot.RangeSets, rr.IP); ok && rs == u.RangeSet && rr.Reason == ReReserveUnrecorded {
+				used++
+			}
+		}
+		for _, r := range slices.Concat(nr.Reclaimed, nr.HostLocalReleased) {
 			if r.RangeSet == u.RangeSet {
 				used--
 			}
@@ -613,10 +704,20 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 // forgetRemoved drops the metric series and per-network state of networks
 // whose store is gone (the network was removed from the node), so a pool
 // that was exhausted when it was removed does not keep alerts firing.
-func (s *Sweeper) forgetRemoved(files []StoreFile) {
-	present := make(map[string]bool, len(files))
+func (s *Sweeper) forgetRemoved(files []StoreFile, nets []*NetworkReport) {
+	paths := make(map[string]bool, len(files))
 	for _, f := range files {
-		present[f.Network] = true
+		paths[f.Path] = true
+	}
+	for path := range s.decoded {
+		if !paths[path] {
+			delete(s.decoded, path)
+			delete(s.rangeCache, path)
+		}
+	}
+	present := make(map[string]bool, len(nets))
+	for _, nr := range nets {
+		present[nr.Network] = true
 	}
 	for network := range s.known {
 		if present[network] {
@@ -625,7 +726,6 @@ func (s *Sweeper) forgetRemoved(files []StoreFile) {
 		delete(s.known, network)
 		delete(s.exhaustSeen, network)
 		delete(s.dryObs, network)
-		delete(s.decoded, network)
 		if s.Metrics != nil {
 			s.Metrics.DeleteNetwork(network)
 		}
@@ -667,4 +767,37 @@ func short(id string) string {
 		return id[:13]
 	}
 	return id
+}
+
+// hostLocalDir is where host-local keeps the network's state, by the plugin's
+// rule: beside the stores when the ipam dataDir is set, else host-local's
+// default.
+func (s *Sweeper) hostLocalDir(network string) string {
+	base := s.Opts.DataDir
+	if filepath.Clean(base) == allocator.DefaultStoreDir {
+		base = allocator.DefaultHostLocalDir
+	}
+	return allocator.HostLocalDir(base, network)
+}
+
+// hostLocalFileGone reports whether a record imported from host-local has
+// lost its reservation file in dir (which must exist: a missing directory
+// proves nothing about single containers). Only then does a sweep write.
+func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
+	checked := false
+	for _, r := range recs {
+		if r.Source != allocator.SourceHostLocal {
+			continue
+		}
+		if !checked {
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return false
+			}
+			checked = true
+		}
+		if _, err := os.Lstat(filepath.Join(dir, r.IP.String())); errors.Is(err, os.ErrNotExist) {
+			return true
+		}
+	}
+	return false
 }

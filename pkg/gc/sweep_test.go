@@ -879,8 +879,8 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 				t.Fatal("the set-aside file is not the unreadable store as it was")
 			}
 			recs := e.records()
-			if len(recs) != 2 || recs[a.IP] == nil || recs[cc.IP] == nil {
-				t.Fatalf("rebuilt store holds %v, want exactly the READY sandboxes' %s and %s", keys(recs), a.IP, cc.IP)
+			if len(recs) != 3 || recs[a.IP] == nil || recs[cc.IP] == nil || recs[d.IP] == nil {
+				t.Fatalf("rebuilt store holds %v, want exactly the READY sandboxes' %s and %s and the NOTREADY one's %s", keys(recs), a.IP, cc.IP, d.IP)
 			}
 			for _, r := range recs {
 				if r.State != allocator.StateCommitted || r.Source != "rebuild" || r.RangeSet != 0 || r.PodUID != "uid-"+r.ContainerID ||
@@ -906,16 +906,16 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 			}
 
 			// The plugin serves from the rebuilt store: it must never hand out
-			// an address a READY sandbox holds (.10, .12). The leaked .11 and
-			// the NOTREADY sandbox's .13 are free again (DESIGN: the rebuild
-			// takes READY sandboxes).
+			// an address a READY sandbox holds (.10, .12) nor the one the
+			// NOTREADY sandbox still reports (.13: its pod is stopped, not
+			// gone). Only the leaked .11 is free again.
 			owner := func(id string) allocator.Owner { return allocator.Owner{ContainerID: id, IfName: "eth0"} }
-			inUse := map[netip.Addr]bool{a.IP: true, cc.IP: true}
+			inUse := map[netip.Addr]bool{a.IP: true, cc.IP: true, d.IP: true}
 			got := map[netip.Addr]bool{}
-			for i := range 3 {
+			for i := range 2 {
 				recs, cerr := e.tryAlloc(owner(fmt.Sprintf("new-%d", i)), now)
 				if cerr != nil {
-					if cerr.Code != allocator.ErrRangeExhausted || i != 2 {
+					if cerr.Code != allocator.ErrRangeExhausted || i != 1 {
 						t.Fatalf("ADD %d on the rebuilt store: %v", i, cerr)
 					}
 					break
@@ -925,8 +925,8 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 				}
 				got[recs[0].IP] = true
 			}
-			if len(got) != 2 {
-				t.Fatalf("ADDs on the rebuilt store got %v, want the two free addresses", got)
+			if len(got) != 1 {
+				t.Fatalf("ADDs on the rebuilt store got %v, want the one free address", got)
 			}
 			// And the daemon keeps sweeping the rebuilt store normally.
 			if rep := e.sweepAt(now.Add(time.Minute)); rep.Result != SweepOK || e.net(rep).Rebuilt != "" {
@@ -1057,12 +1057,40 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 	}
 	db.Close()
 	rep := e.sweepAt(t0.Add(8 * time.Minute))
+	// A record that does not decode is quarantined, not a store error: the
+	// network is swept and the damage exported.
+	if rep.Result != SweepOK {
+		t.Fatalf("sweep with an undecodable record: result %s, want ok", rep.Result)
+	}
+	if got := e.metric(e.m.DamagedRecords.WithLabelValues("other")); got != 1 {
+		t.Fatalf("damaged_records{other} = %v, want 1", got)
+	}
+	os.Remove(bad)
+	// An environment error (a symlink in place of a store: ELOOP) is a store
+	// error, counted with its errno; the store is neither set aside nor
+	// rebuilt, and nothing is created at the link's target.
+	link := allocator.StorePath(e.dir, "envfail")
+	target := filepath.Join(t.TempDir(), "target.db")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	rep = e.sweepAt(t0.Add(8*time.Minute + time.Second))
 	if rep.Result != SweepStoreError {
-		t.Fatalf("sweep with an undecodable record: result %s, want store_error", rep.Result)
+		t.Fatalf("sweep with a symlinked store: result %s, want store_error", rep.Result)
+	}
+	if got := e.metric(e.m.StoreErrors.WithLabelValues("envfail", ClassEnvironment, "ELOOP")); got != 1 {
+		t.Fatalf("store_errors_total{envfail,environment,ELOOP} = %v, want 1\n%s", got, e.logs.String())
+	}
+	if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a store was created at the symlink's target: %v", err)
+	}
+	if m, _ := filepath.Glob(link + ".corrupt-*"); len(m) != 0 {
+		t.Fatalf("an environment error set the store aside: %v", m)
 	}
 	if got := e.metric(e.m.Sweeps.WithLabelValues(SweepStoreError)); got != 1 {
 		t.Fatalf("sweeps{store_error} = %v, want 1", got)
 	}
+	os.Remove(link)
 	// The healthy network was still swept and exported.
 	if got := e.metric(e.m.PoolFree.WithLabelValues(testNet, "0")); got != 1 {
 		t.Fatalf("healthy network's pool free = %v during another store's error", got)
@@ -1071,8 +1099,8 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 
 	e.cri.setListErr(errors.New("down"))
 	e.sweepAt(t0.Add(9 * time.Minute))
-	if ok, cri, up := e.metric(e.m.Sweeps.WithLabelValues(SweepOK)), e.metric(e.m.Sweeps.WithLabelValues(SweepCRIError)), e.metric(e.m.CRIUp); ok != 8 || cri != 1 || up != 0 {
-		t.Fatalf("sweeps ok=%v cri_error=%v cri_up=%v, want 8 1 0", ok, cri, up)
+	if ok, cri, up := e.metric(e.m.Sweeps.WithLabelValues(SweepOK)), e.metric(e.m.Sweeps.WithLabelValues(SweepCRIError)), e.metric(e.m.CRIUp); ok != 9 || cri != 1 || up != 0 {
+		t.Fatalf("sweeps ok=%v cri_error=%v cri_up=%v, want 9 1 0", ok, cri, up)
 	}
 	if n := testutil.CollectAndCount(e.m.SweepDuration); n != 1 {
 		t.Fatalf("sweep duration series %d", n)
@@ -1081,7 +1109,7 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 # HELP hostlease_sweeps_total Sweeps run, by result (ok, cri_error, store_error).
 # TYPE hostlease_sweeps_total counter
 hostlease_sweeps_total{result="cri_error"} 1
-hostlease_sweeps_total{result="ok"} 8
+hostlease_sweeps_total{result="ok"} 9
 hostlease_sweeps_total{result="store_error"} 1
 `)); err != nil {
 		t.Fatal(err)

@@ -596,3 +596,38 @@ func TestHardeningZeroedLeafPage(t *testing.T) {
 		t.Errorf("the daemon's scan: %v; want ErrStorePageDamaged (not set aside)", err)
 	}
 }
+
+// A full file system is an environment error: the first ADD of a network
+// fails with 5 naming ENOSPC (never "unreadable"), DEL of an unknown
+// container exits 0.
+func TestHardeningFullFilesystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a private tmpfs (unshare -m)")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not found: the full file system case is not run")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	conf := ipamConf(t, "hlh-full", dir, "10.86.0.0/24")
+	// Each call gets its own mount namespace with a 256 KiB tmpfs over the
+	// data dir, filled to the last block: the host's mounts are untouched.
+	wrapper := []string{"unshare", "-m", "--propagation", "private", "--", "sh", "-c",
+		`mount -t tmpfs -o size=256k tmpfs "$0" && (dd if=/dev/zero of="$0/fill" bs=4k 2>/dev/null; true) && exec "$1"`, dir}
+	if o := wrapped(ctx, wrapper, call{Command: "VERSION"}, nil); o.ExitErr != nil {
+		t.Skipf("cannot mount a private tmpfs here: %v", o)
+	}
+	c := call{Command: "ADD", ContainerID: "a", IfName: "eth0", Netns: "/x"}
+	o := wrapped(ctx, wrapper, c, conf)
+	path := allocator.StorePath(dir, "hlh-full")
+	if o.Err == nil || o.Err.Code != 5 || !strings.Contains(o.Err.Msg, "ENOSPC") || !strings.Contains(o.Err.Msg, path) || strings.Contains(o.Err.Msg, "unreadable") {
+		t.Errorf("ADD on a full file system: %v; want CNI 5 naming ENOSPC and %s", o, path)
+	} else {
+		t.Logf("ADD: %d %s", o.Err.Code, o.Err.Msg)
+	}
+	c.Command = "DEL"
+	if o := wrapped(ctx, wrapper, c, conf); !o.OK() {
+		t.Errorf("DEL on a full file system: %v", o)
+	}
+}

@@ -1,0 +1,57 @@
+package gc
+
+import (
+	"errors"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// Store error classes, the values of hostlease_store_errors_total{class}.
+const (
+	// ClassEnvironment: the system, not the file (EROFS, ENOSPC, EMFILE,
+	// EACCES, EIO...). Skipped this sweep; never set aside or rebuilt.
+	ClassEnvironment = "environment"
+	// ClassUnreadable: the file is not a usable store. Set aside and rebuilt
+	// from CRI, only with a complete CRI answer.
+	ClassUnreadable = "unreadable"
+	// ClassDamagedPage: the store opened but a page is invalid. Reported;
+	// nothing reclaimed on the network; an operator rebuilds it.
+	ClassDamagedPage = "damaged_page"
+	// ClassOther: anything else (a lock held too long...).
+	ClassOther = "other"
+)
+
+// ErrorClass sorts a store error by what the daemon may do about it; "" for
+// nil. The environment is checked first: whatever else an error says, one
+// that carries an errno of the system never leads to a rebuild.
+func ErrorClass(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case allocator.IsEnvironmentError(err):
+		return ClassEnvironment
+	case errors.Is(err, allocator.ErrStoreUnreadable):
+		return ClassUnreadable
+	case errors.Is(err, allocator.ErrStorePageDamaged):
+		return ClassDamagedPage
+	}
+	return ClassOther
+}
+
+// errnoOf is the symbolic errno an environment error carries ("EROFS"), or "".
+func errnoOf(err error) string {
+	var ioe *allocator.StoreIOError
+	if errors.As(err, &ioe) {
+		if e := ioe.Errno(); e != 0 {
+			return allocator.ErrnoName(e)
+		}
+	}
+	return ""
+}
+
+// countStoreError counts a store error by class and errno.
+func (s *Sweeper) countStoreError(nr *NetworkReport, class string) {
+	if s.Metrics != nil {
+		s.Metrics.StoreErrors.WithLabelValues(nr.Network, class, errnoOf(nr.Err)).Inc()
+	}
+}
