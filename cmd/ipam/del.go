@@ -69,8 +69,14 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	})
 	if err != nil {
-		if allocator.IsDamage(err) {
+		switch {
+		case allocator.IsDamage(err):
 			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
+			return nil
+		case allocator.IsEnvironmentError(err) && len(released) == 0:
+			// Nothing was held; what could not be written was an index
+			// repair (or the first import), which the next writer redoes.
+			log().Warn("nothing to release; the store could not be written", "error", err)
 			return nil
 		}
 		return storeError(c, err)

@@ -55,7 +55,11 @@ func nextBlock(k []byte) ([]byte, bool) {
 	return b, carry == 0
 }
 
-func bitSet(bm []byte, off int) bool { return bm != nil && bm[off/8]&(1<<(off%8)) != 0 }
+// bitSet reports whether bit off of block bm is set. A block of the wrong
+// length (damage) reads as clear where it has no byte: an address chosen from
+// it is checked against the records anyway (allocateOne), and a repair
+// rewrites the block (compareIndexes).
+func bitSet(bm []byte, off int) bool { return off/8 < len(bm) && bm[off/8]&(1<<(off%8)) != 0 }
 
 // nextBit returns the first offset >= off whose bit equals want, or blockBits.
 // A nil block has no bit set.
@@ -67,7 +71,16 @@ func nextBit(bm []byte, off int, want bool) int {
 		return off
 	}
 	for w := off / 64; w < blockBits/64; w++ {
-		x := binary.LittleEndian.Uint64(bm[w*8:])
+		var x uint64
+		if (w+1)*8 <= len(bm) {
+			x = binary.LittleEndian.Uint64(bm[w*8:])
+		} else {
+			var word [8]byte
+			if w*8 < len(bm) {
+				copy(word[:], bm[w*8:])
+			}
+			x = binary.LittleEndian.Uint64(word[:])
+		}
 		if !want {
 			x = ^x
 		}

@@ -15,6 +15,7 @@ import (
 // holding "containerID\r\nifname" (or the container ID alone, from versions
 // before ifname was recorded), and last_reserved_ip.<rangeSetIndex> files.
 const (
+	hostLocalLockFile   = "lock"
 	hostLocalLastPrefix = "last_reserved_ip."
 	hostLocalLineBreak  = "\r\n"
 )

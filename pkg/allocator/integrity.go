@@ -243,19 +243,23 @@ func (tx *Tx) compareIndexes(why string, fix bool) IndexRepair {
 		return nil
 	})
 	var strayBits []netip.Addr
+	var badBlocks [][]byte // blocks of the wrong length or under a key that is no block's
 	if tx.taken != nil {
-		it := takenBits{tx.taken}.iter()
-		for a, ok := it.Seek(netip.IPv4Unspecified()); ok; a, ok = it.Next() {
-			if !keys[string(addrKey(a))] {
-				strayBits = append(strayBits, a)
+		_ = tx.taken.ForEach(func(k, v []byte) error {
+			base, ok := keyAddr(k)
+			if bk, _ := blockOf(base); !ok || len(v) != blockBytes || !bytes.Equal(bk, k) {
+				badBlocks = append(badBlocks, bytes.Clone(k))
+				return nil
 			}
-		}
-		for a, ok := it.Seek(netip.IPv6Unspecified()); ok; a, ok = it.Next() {
-			if !keys[string(addrKey(a))] {
-				strayBits = append(strayBits, a)
+			for off := nextBit(v, 0, true); off < blockBits; off = nextBit(v, off+1, true) {
+				if a := blockAddr(k, off); !keys[string(addrKey(a))] {
+					strayBits = append(strayBits, a)
+				}
 			}
-		}
+			return nil
+		})
 	}
+	rep.BitsCleared += len(badBlocks)
 	var strayOwners [][]byte
 	if tx.owners != nil {
 		_ = tx.owners.ForEach(func(k, _ []byte) error {
@@ -269,6 +273,17 @@ func (tx *Tx) compareIndexes(why string, fix bool) IndexRepair {
 	rep.OwnerAdded, rep.OwnerRemoved = len(missingOwners), len(strayOwners)
 	if !fix {
 		return rep
+	}
+	for _, k := range badBlocks {
+		write(tx.taken.Delete(k))
+	}
+	if len(badBlocks) > 0 {
+		// Their records' bits went with them: set every record's bit.
+		missingBits = missingBits[:0]
+		for k := range keys {
+			ip, _ := keyAddr([]byte(k))
+			missingBits = append(missingBits, ip)
+		}
 	}
 	for _, a := range missingBits {
 		write(takenBits{tx.taken}.set(a, true))
@@ -329,14 +344,21 @@ func (tx *Tx) HasImported() bool {
 // still holds the network's host-local config in its cache (podman after a
 // switch to hostlease), so the container is gone. Each is audited
 // (AuditHostLocalGone). It costs one cursor step while nothing imported is
-// held, one lstat per imported record otherwise. A missing dir releases
-// nothing (it proves nothing about single containers). ADD calls it; the
-// daemon may too.
+// held, one lstat per imported record otherwise.
+//
+// Only host-local's own DEL is taken as proof: it removes one reservation
+// file and leaves its "lock" file (which every host-local call creates). A
+// missing dir, or a dir without its lock file (an operator's wipe of the
+// host-local state, not a DEL), releases nothing. ADD calls it; the daemon
+// may too.
 func ReleaseVanishedHostLocal(tx *Tx, dir string, now time.Time) ([]*Record, error) {
 	if !tx.HasImported() {
 		return nil, nil
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, nil
+	}
+	if _, err := os.Lstat(filepath.Join(dir, hostLocalLockFile)); err != nil {
 		return nil, nil
 	}
 	var keys [][]byte
@@ -347,8 +369,14 @@ func ReleaseVanishedHostLocal(tx *Tx, dir string, now time.Time) ([]*Record, err
 	var out []*Record
 	for _, k := range keys {
 		ip, ok := keyAddr(k)
+		if !ok {
+			if err := tx.imported.Delete(k); err != nil { // a damaged key names no record
+				return out, err
+			}
+			continue
+		}
 		r, d := tx.Lookup(ip)
-		if !ok || d != nil {
+		if d != nil {
 			continue // damaged: left to the operator
 		}
 		if r == nil || r.Source != SourceHostLocal {

@@ -612,7 +612,7 @@ func TestCleanStaleTemp(t *testing.T) {
 func TestReleaseVanishedHostLocal(t *testing.T) {
 	hl := filepath.Join(t.TempDir(), "net1")
 	os.MkdirAll(hl, 0o755)
-	for ip, owner := range map[string]string{"10.0.0.2": "p1\r\neth0", "10.0.0.3": "p2\r\neth0", "10.0.0.4": "p3"} {
+	for ip, owner := range map[string]string{"10.0.0.2": "p1\r\neth0", "10.0.0.3": "p2\r\neth0", "10.0.0.4": "p3", "lock": ""} {
 		os.WriteFile(filepath.Join(hl, ip), []byte(owner), 0o644)
 	}
 	s := newStore(t)
@@ -644,13 +644,19 @@ func TestReleaseVanishedHostLocal(t *testing.T) {
 	}
 	// An imported record released by hostlease's own DEL leaves the index.
 	release(t, s, "p1", "eth0")
-	// A missing host-local dir proves nothing.
+	// A missing host-local dir, or one without host-local's lock file (a
+	// wipe, not host-local's DEL), proves nothing.
 	os.Remove(filepath.Join(hl, "10.0.0.4"))
 	os.Rename(hl, hl+".gone")
 	if got := run(); len(got) != 0 {
 		t.Errorf("released %v with the host-local dir missing", got)
 	}
 	os.Rename(hl+".gone", hl)
+	os.Remove(filepath.Join(hl, "lock"))
+	if got := run(); len(got) != 0 {
+		t.Errorf("released %v with host-local's lock file gone", got)
+	}
+	os.WriteFile(filepath.Join(hl, "lock"), nil, 0o644)
 	if got := run(); !slices.Equal(got, []string{"10.0.0.4"}) {
 		t.Errorf("released %v, want 10.0.0.4", got)
 	}
@@ -763,5 +769,64 @@ func TestReleaseLargeStore(t *testing.T) {
 	consistent(t, s)
 	if got := release(t, s, "nobody", "eth0"); len(got) != 0 {
 		t.Errorf("released %v for an unknown container", got)
+	}
+}
+
+// Damaged bitmap blocks (cut short, under a key that is no block's) never
+// panic an ADD, never hand out a held address, and are rewritten by the repair.
+func TestDamagedBitmapBlocks(t *testing.T) {
+	cases := map[string]func(tx *Tx) error{
+		"block cut short": func(tx *Tx) error {
+			k, _ := blockOf(netip.MustParseAddr("10.0.0.2"))
+			return tx.taken.Put(k, []byte{0x02})
+		},
+		"block emptied": func(tx *Tx) error {
+			k, _ := blockOf(netip.MustParseAddr("10.0.0.2"))
+			return tx.taken.Put(k, []byte{})
+		},
+		"stray key":   func(tx *Tx) error { return tx.taken.Put([]byte{4, 10, 0, 0, 3}, make([]byte, blockBytes)) },
+		"garbage key": func(tx *Tx) error { return tx.taken.Put([]byte("xyz"), []byte{0xff}) },
+	}
+	for name, dmg := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t)
+			for _, id := range []string{"a", "b", "c"} {
+				mustGet(t, s, []StoredRangeSet{set4}, id)
+			}
+			update(t, s, func(tx *Tx) error { return tx.meta.Delete(lastReservedKey(0)) })
+			damage(t, s, dmg)
+			got := mustGet(t, s, []StoredRangeSet{set4}, "d")
+			if slices.Contains([]string{"10.0.0.2", "10.0.0.3", "10.0.0.4"}, got[0]) {
+				t.Fatalf("ADD handed out %s, held by another container", got[0])
+			}
+			update(t, s, func(tx *Tx) error { _, err := tx.RepairIndexes("test", testTime); return err })
+			consistent(t, s)
+			view(t, s, func(tx *Tx) error {
+				return tx.taken.ForEach(func(k, v []byte) error {
+					if len(v) != blockBytes {
+						t.Errorf("block %x still %d bytes after the repair", k, len(v))
+					}
+					return nil
+				})
+			})
+		})
+	}
+}
+
+// An initialised store whose allocs bucket is gone is unreadable (set aside
+// and rebuilt), never served empty.
+func TestStoreWithoutAllocsIsUnreadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "n.db")
+	s, err := Open(path, OpenOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, s, []StoredRangeSet{set4}, "a")
+	damage(t, s, func(tx *Tx) error { return tx.btx.DeleteBucket(bucketAllocs) })
+	s.Close()
+	for _, o := range []OpenOptions{{}, {ReadOnly: true}} {
+		if _, err := Open(path, o); !errors.Is(err, ErrStoreUnreadable) {
+			t.Errorf("Open(%+v) of a store without its records: %v, want ErrStoreUnreadable", o, err)
+		}
 	}
 }

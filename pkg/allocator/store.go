@@ -301,6 +301,11 @@ func (s *Store) init() (err error) {
 		if meta == nil {
 			return nil
 		}
+		if meta.Get(keySchema) != nil && btx.Bucket(bucketAllocs) == nil {
+			// An initialised store without its records: recreating the
+			// bucket would hand every address in use out again.
+			return fmt.Errorf("%w: %s lacks its allocs bucket", ErrStoreUnreadable, s.path)
+		}
 		if v := meta.Get(keySchema); len(v) == 1 && int(v[0]) < SchemaVersion {
 			return nil // raised below
 		} else if v == nil {
@@ -321,6 +326,15 @@ func (s *Store) init() (err error) {
 	}); err != nil || ready {
 		return err
 	}
+	return s.upgrade()
+}
+
+// upgrade creates missing buckets and derived indexes and raises the schema
+// (first use, or a store of an earlier version). A page it then fails to read
+// is page damage, as in any later transaction: the daemon's open reads no more
+// than init's first look, so it must not be told to rebuild.
+func (s *Store) upgrade() (err error) {
+	defer recoverDamaged(&err, s.path)
 	return s.db.Update(func(btx *bolt.Tx) error {
 		backfill := btx.Bucket(bucketTaken) == nil && btx.Bucket(bucketAllocs) != nil
 		backfillOwners := btx.Bucket(bucketOwners) == nil && btx.Bucket(bucketAllocs) != nil

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -508,32 +509,56 @@ func TestHardeningMissingIPAM(t *testing.T) {
 	}
 }
 
-// After a switch from host-local, a runtime that tears containers down with
-// its cached host-local config removes host-local's files: the next ADD
-// releases those imported records (audited), and only those.
+// hostLocalBin builds the reference host-local plugin (as pinned in go.mod)
+// once into the shared bin dir.
+var hostLocalBin = sync.OnceValues(func() (string, error) {
+	out := filepath.Join(binDir, "host-local")
+	cmd := exec.Command("go", "build", "-buildvcs=false", "-o", out, "github.com/containernetworking/plugins/plugins/ipam/host-local")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build host-local: %v\n%s", err, b)
+	}
+	return out, nil
+})
+
+// After a switch from host-local, podman tears containers down with its
+// cached host-local config: the real host-local's DEL removes its file, and
+// the next hostlease ADD releases that imported record (audited), and only it.
 func TestHardeningHostLocalMigrationLeak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	hlBin, err := hostLocalBin()
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	network := "hlh-podman"
-	hl := filepath.Join(dir, network)
-	os.MkdirAll(hl, 0o755)
-	for ip, owner := range map[string]string{"10.85.0.2": "podA\r\neth0", "10.85.0.3": "podB\r\neth0", "10.85.0.4": "podC\r\neth0"} {
-		os.WriteFile(filepath.Join(hl, ip), []byte(owner), 0o644)
-	}
-	os.WriteFile(filepath.Join(hl, "last_reserved_ip.0"), []byte("10.85.0.4"), 0o644)
 	conf := ipamConf(t, network, dir, "10.85.0.0/24")
+	hostLocalConf := bytes.Replace(conf, []byte(`"type":"hostlease"`), []byte(`"type":"host-local"`), 1)
+	hostLocal := func(cmd, id string) {
+		t.Helper()
+		c := exec.CommandContext(ctx, hlBin)
+		c.Env = call{Command: cmd, ContainerID: id, IfName: "eth0", Netns: "/x"}.env()
+		c.Stdin = bytes.NewReader(hostLocalConf)
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("host-local %s %s: %v\n%s", cmd, id, err, out)
+		}
+	}
+	for _, id := range []string{"podA", "podB", "podC"} {
+		hostLocal("ADD", id)
+	}
 	add := func(id string) {
+		t.Helper()
 		if o := runPlugin(ctx, call{Command: "ADD", ContainerID: id, IfName: "eth0", Netns: "/x"}, conf); !o.OK() {
 			t.Fatalf("ADD %s: %v", id, o)
 		}
 	}
-	add("new1") // imports A, B, C
+	add("new1") // the switch: imports podA, podB, podC
 	path := allocator.StorePath(dir, network)
 	if n := len(readStoreLenient(t, path).records); n != 4 {
 		t.Fatalf("after the import the store holds %d records, want 4", n)
 	}
-	os.Remove(filepath.Join(hl, "10.85.0.3")) // podman's host-local DEL of podB
+	hostLocal("DEL", "podB") // podman, with its cached host-local config
 	add("new2")
 	snap := readStoreLenient(t, path)
 	var held []string
@@ -549,6 +574,7 @@ func TestHardeningHostLocalMigrationLeak(t *testing.T) {
 	}) {
 		t.Errorf("no %s audit event for podB: %v", allocator.AuditHostLocalGone, snap.audit)
 	}
+	checkIntegrity(t, readStore(t, path))
 }
 
 // A leaf page with a zeroed type: DEL exits 0, and the answers of ADD and of
@@ -629,5 +655,40 @@ func TestHardeningFullFilesystem(t *testing.T) {
 	c.Command = "DEL"
 	if o := wrapped(ctx, wrapper, c, conf); !o.OK() {
 		t.Errorf("DEL on a full file system: %v", o)
+	}
+}
+
+// STATUS fails only when no ADD can succeed: a full pool is fine by default
+// (a STATUS error costs the node its pods) and 50 only with the opt-in; a
+// data dir where no store can be created is 50.
+func TestHardeningStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	status := func(conf []byte) outcome { return runPlugin(ctx, call{Command: "STATUS"}, conf) }
+	tiny := ipamConf(t, "hlh-status", dir, "10.87.0.0/30") // one allocatable address
+	if o := status(tiny); !o.OK() {
+		t.Errorf("STATUS before the first ADD: %v", o)
+	}
+	if o := runPlugin(ctx, call{Command: "ADD", ContainerID: "a", IfName: "eth0", Netns: "/x"}, tiny); !o.OK() {
+		t.Fatalf("ADD: %v", o)
+	}
+	if o := status(tiny); !o.OK() {
+		t.Errorf("STATUS on a full pool, by default: %v; want success (exhaustion is an alert, not a node outage)", o)
+	}
+	optIn := bytes.Replace(tiny, []byte(`"type":"hostlease"`), []byte(`"failStatusOnExhaustion":true,"type":"hostlease"`), 1)
+	if o := status(optIn); o.Err == nil || o.Err.Code != allocator.ErrStatusUnavailable {
+		t.Errorf("STATUS on a full pool with failStatusOnExhaustion: %v; want 50", o)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the read-only data dir case is not run")
+		return
+	}
+	fresh := t.TempDir()
+	wrapper := []string{"unshare", "-m", "--propagation", "private", "--", "sh", "-c",
+		`mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$1"`, fresh}
+	o := wrapped(ctx, wrapper, call{Command: "STATUS"}, ipamConf(t, "hlh-status", filepath.Join(fresh, "sub"), "10.87.0.0/24"))
+	if o.Err == nil || o.Err.Code != allocator.ErrStatusUnavailable || !strings.Contains(o.Err.Msg, fresh) {
+		t.Errorf("STATUS with a data dir that cannot be created: %v; want 50 naming %s", o, fresh)
 	}
 }
