@@ -216,8 +216,8 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 
 	for _, nr := range unreadable {
 		s.rebuild(ctx, nr, view, sandboxes)
-		if nr.Err != nil {
-			rep.Result = SweepStoreError
+		if nr.Err != nil && rep.Result == SweepOK {
+			rep.Result = SweepStoreError // not rebuilt although CRI answered
 		}
 	}
 

@@ -445,7 +445,7 @@ func TestMassReclaimGuard(t *testing.T) {
 	for i := range 3 {
 		n.add(fmt.Sprintf("leak-%d", i))
 	}
-	d := n.startDaemon("--max-reclaim-fraction", "0.25") // 3 > 0.25 * 8
+	d := n.startDaemon("--max-reclaim-fraction", "0.25") // 3 > max(1, 0.25 * 3 records)
 	eventually(t, 10*time.Second, "the guard tripped 3 times", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_reclaim_guard_tripped_total", netLabel)
 		return v >= 3, fmt.Sprintf("hostlease_reclaim_guard_tripped_total %v", v)
@@ -470,18 +470,18 @@ func TestMassReclaimGuard(t *testing.T) {
 			t.Errorf("%s verdict %q, want guarded", id, r.Obs.Verdict)
 		}
 	}
-	alerts := d.logs.entries("MASS-RECLAIM GUARD: refusing to reclaim; a person must look (hostlease-gc leaks)")
+	alerts := d.logs.entries("MASS-RECLAIM GUARD: refusing to reclaim without proof of death; a person must look (hostlease-gc leaks)")
 	if len(alerts) == 0 || alerts[0]["level"] != "ERROR" || alerts[0]["wouldReclaim"] != 3.0 {
 		t.Errorf("daemon log: %v, want an ERROR naming 3 addresses", alerts)
 	}
 	rows := n.leaksJSON("--misses", "2", "--grace", "0s", "--min-age", "0s", "--max-reclaim-fraction", "0.25")
-	if len(rows) != 3 || rows[0]["reason"] != "guarded" || !strings.Contains(rows[0]["detail"], "would reclaim 3 of 8") {
+	if len(rows) != 3 || rows[0]["reason"] != "guarded" || !strings.Contains(rows[0]["detail"], "would reclaim 3 of the 3 records") {
 		t.Errorf("hostlease-gc leaks: %v, want 3 rows explaining the guard", rows)
 	}
 
 	// The person looked and raises the limit.
 	d.stopClean()
-	d2 := n.startDaemon("--max-reclaim-fraction", "0.5") // 3 <= 0.5 * 8
+	d2 := n.startDaemon("--max-reclaim-fraction", "1") // 3 <= 1 * 3 records
 	eventually(t, 10*time.Second, "the 3 leaks reclaimed after the restart", func() (bool, string) {
 		v := reclaimsOf(d2.scrape(), "sandbox_absent")
 		return v == 3, fmt.Sprintf("reclaims %v", v)
