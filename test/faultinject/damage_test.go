@@ -2,10 +2,12 @@ package faultinject
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -94,6 +96,112 @@ func (c *dcase) randBytes(n int) []byte {
 		b[i] = byte(c.rng.UintN(256))
 	}
 	return b
+}
+
+// recordDamage damages the target's record value with op, given its field
+// spans, and books the result in the model: a value that no longer decodes
+// (or names another address) is quarantined: reserved, and to be shown.
+func (c *dcase) recordDamage(op func(v []byte, spans []span) []byte) error {
+	c.target = c.pickOwner(roleReady, roleNotReady, roleDead)
+	c.keepTarget = c.target.Role != roleDead && c.rng.IntN(2) == 0
+	key := addrKey(c.target.IP)
+	var after []byte
+	err := c.update(func(tx *bolt.Tx) error {
+		b, err := bucket(tx, bucketAllocs)
+		if err != nil {
+			return err
+		}
+		v := bytes.Clone(b.Get(key))
+		_, spans, err := parseRecord(v)
+		if err != nil {
+			return fmt.Errorf("golden record %s: %v", c.target.IP, err)
+		}
+		after = op(v, spans)
+		return b.Put(key, after)
+	})
+	if err != nil {
+		return err
+	}
+	r, _, perr := parseRecord(after)
+	switch {
+	case perr != nil || r.IP != c.target.IP:
+		c.m.quarantined[c.target.IP] = true
+		c.target.Intact = false
+		if perr == nil {
+			perr = fmt.Errorf("record names %s", r.IP)
+		}
+		c.what += fmt.Sprintf("; record %s no longer decodes (%v)", c.target.IP, perr)
+	case r.ContainerID != c.target.ID || r.IfName != "eth0":
+		// The record now claims another owner: nothing can tell it from a
+		// real one, so its sandbox is torn down (DEL) rather than kept.
+		c.target.Intact = false
+		c.keepTarget = false
+		c.what += fmt.Sprintf("; record %s now decodes as owner %q/%q", c.target.IP, shortName(r.ContainerID), r.IfName)
+	default:
+		c.what += fmt.Sprintf("; record %s still decodes with the same owner", c.target.IP)
+	}
+	return nil
+}
+
+func fieldSpan(spans []span, name string) span {
+	for _, s := range spans {
+		if s.Name == name {
+			return s
+		}
+	}
+	panic("no field " + name)
+}
+
+// recordFieldDamages: for every field of a record, one damage chosen by the
+// seed: cut the value inside the field, scramble the field, flip one bit of
+// it, or (strings) give it a length past the end of the value.
+func recordFieldDamages(rng *rand.Rand) []damage {
+	var out []damage
+	for i, name := range fieldNames {
+		ops := []string{"truncate", "scramble", "flip"}
+		if fieldKinds[i] == 's' {
+			ops = append(ops, "overlong")
+		}
+		op := ops[rng.IntN(len(ops))]
+		out = append(out, damage{name: "record/" + name + "/" + op, class: classLogical, apply: func(c *dcase) error {
+			return c.recordDamage(func(v []byte, spans []span) []byte {
+				s := fieldSpan(spans, name)
+				c.what = fmt.Sprintf("%s field %s [%d,%d) of %d bytes", op, name, s.Start, s.End, len(v))
+				switch op {
+				case "truncate":
+					return v[:s.Start+c.rng.IntN(s.End-s.Start)]
+				case "scramble":
+					copy(v[s.Start:s.End], c.randBytes(s.End-s.Start))
+				case "flip":
+					v[s.Start+c.rng.IntN(s.End-s.Start)] ^= 1 << c.rng.IntN(8)
+				case "overlong":
+					return slices.Concat(v[:s.Start], binary.AppendUvarint(nil, uint64(len(v)+1000)), v[s.Data:])
+				}
+				return v
+			})
+		}})
+	}
+	return out
+}
+
+// recordValueDamages hurt a record value as a whole.
+func recordValueDamages() []damage {
+	mk := func(name string, op func(c *dcase, v []byte) []byte) damage {
+		return damage{name: "record/" + name, class: classLogical, apply: func(c *dcase) error {
+			c.what = name
+			return c.recordDamage(func(v []byte, _ []span) []byte { return op(c, v) })
+		}}
+	}
+	return []damage{
+		mk("codec-byte-0", func(_ *dcase, v []byte) []byte { v[0] = 0; return v }),
+		mk("codec-byte-1", func(_ *dcase, v []byte) []byte { v[0] = 1; return v }),
+		mk("codec-byte-newer", func(_ *dcase, v []byte) []byte { v[0] = 3; return v }),
+		mk("codec-byte-json", func(_ *dcase, v []byte) []byte { v[0] = '{'; return v }),
+		mk("trailing-garbage", func(c *dcase, v []byte) []byte { return append(v, c.randBytes(1+c.rng.IntN(8))...) }),
+		mk("empty", func(*dcase, []byte) []byte { return []byte{} }),
+		mk("random-bytes", func(c *dcase, v []byte) []byte { return c.randBytes(len(v)) }),
+		mk("json-garbage", func(*dcase, []byte) []byte { return []byte(`{"v":1,"ip":"not an address"}`) }),
+	}
 }
 
 // prevAddr is the address before a.
@@ -337,6 +445,7 @@ func metaDamages() []damage {
 	return []damage{
 		mk("meta/schema-deleted", classStore, "meta schema key deleted", lit(bucketMeta, "schema", nil)),
 		mk("meta/schema-zero", classStore, "meta schema 0", lit(bucketMeta, "schema", []byte{0})),
+		mk("meta/schema-two-bytes", classStore, "meta schema 2 bytes", lit(bucketMeta, "schema", []byte{2, 2})),
 		mk("meta/network-renamed", classLogical, "meta network renamed", lit(bucketMeta, "network", []byte("another-net"))),
 		mk("meta/network-deleted", classLogical, "meta network deleted", lit(bucketMeta, "network", nil)),
 		mk("meta/ranges-garbage", classLogical, "meta ranges garbage", func(c *dcase) func(*bolt.Tx) error {
@@ -384,9 +493,42 @@ func metaDamages() []damage {
 }
 
 // pageDamages write bytes at page offsets of the file. What they hit is read
-// from the file: the page size from the meta page, the active meta page from
-// the transaction ids.
+// from the file: the page size from the meta page, pages by walking the tree
+// from the active meta page.
 func pageDamages() []damage {
+	pageOf := func(c *dcase, bucketName string, flags uint16, notRoot bool) (*fileLayout, pageRef, error) {
+		l, err := walkFile(c.path())
+		if err != nil {
+			return nil, pageRef{}, err
+		}
+		var cands []pageRef
+		for i, p := range l.Pages {
+			if p.Bucket == bucketName && p.Flags == flags && (!notRoot || i > 0 && l.Pages[i-1].Bucket == bucketName) {
+				cands = append(cands, p)
+			}
+		}
+		if len(cands) == 0 {
+			return nil, pageRef{}, fmt.Errorf("no %#x page in bucket %q (layout %+v)", flags, bucketName, l.Pages)
+		}
+		return l, cands[c.rng.IntN(len(cands))], nil
+	}
+	onPage := func(name, bkt string, flags uint16, notRoot bool, off int64, val func(c *dcase, p pageRef) []byte) damage {
+		return damage{name: name, class: classStore, apply: func(c *dcase) error {
+			l, p, err := pageOf(c, bkt, flags, notRoot)
+			if err != nil {
+				return err
+			}
+			v := val(c, p)
+			c.what = fmt.Sprintf("page %d (bucket %q, flags %#x, count %d, page size %d): %d bytes at +%d = %x", p.ID, p.Bucket, p.Flags, p.Count, l.PageSize, len(v), off, v)
+			return writeAt(c.path(), int64(p.ID)*int64(l.PageSize)+off, v)
+		}}
+	}
+	zero16 := func(*dcase, pageRef) []byte { return []byte{0, 0} }
+	count := func(delta int) func(*dcase, pageRef) []byte {
+		return func(_ *dcase, p pageRef) []byte {
+			return binary.LittleEndian.AppendUint16(nil, uint16(max(1, int(p.Count)+delta)))
+		}
+	}
 	metaPage := func(name string, which func(l *fileLayout) []int, sweepFirst bool) damage {
 		return damage{name: name, class: classStore, sweepFirst: sweepFirst, apply: func(c *dcase) error {
 			l, err := walkFile(c.path())
@@ -403,13 +545,37 @@ func pageDamages() []damage {
 		}}
 	}
 	return []damage{
+		onPage("page/allocs-leaf-type-zeroed", bucketAllocs, flagLeaf, true, 8, zero16),
+		onPage("page/allocs-branch-type-zeroed", bucketAllocs, flagBranch, false, 8, zero16),
+		onPage("page/allocs-leaf-count-up", bucketAllocs, flagLeaf, true, 10, count(+40)),
+		silent(onPage("page/allocs-leaf-count-down", bucketAllocs, flagLeaf, true, 10, count(-3))),
+		onPage("page/allocs-branch-count-scrambled", bucketAllocs, flagBranch, false, 10, func(c *dcase, _ pageRef) []byte { return c.randBytes(2) }),
+		onPage("page/root-leaf-type-zeroed", "", flagLeaf, false, 8, zero16),
+		onPage("page/allocs-leaf-body-scrambled", bucketAllocs, flagLeaf, true, 16, func(c *dcase, _ pageRef) []byte { return c.randBytes(64) }),
+		{name: "page/freelist-type-zeroed", class: classStore, apply: func(c *dcase) error {
+			l, err := walkFile(c.path())
+			if err != nil {
+				return err
+			}
+			c.what = fmt.Sprintf("freelist page %d type zeroed", l.Freelist)
+			return writeAt(c.path(), int64(l.Freelist)*int64(l.PageSize)+8, []byte{0, 0})
+		}},
+		metaPage("meta/both-meta-pages-zeroed", func(*fileLayout) []int { return []int{0, 1} }, false),
+		silent(metaPage("meta/active-meta-page-zeroed", func(l *fileLayout) []int { return []int{l.ActiveMeta} }, true)),
 		metaPage("meta/stale-meta-page-zeroed", func(l *fileLayout) []int { return []int{1 - l.ActiveMeta} }, false),
 	}
 }
 
+func silent(d damage) damage {
+	d.silentLoss = true
+	return d
+}
+
 // allDamages is the catalogue for one seed.
-func allDamages(_ *rand.Rand) []damage {
+func allDamages(rng *rand.Rand) []damage {
 	out := []damage{{name: "control/no-damage", class: classLogical, apply: func(c *dcase) error { c.what = "nothing"; return nil }}}
+	out = append(out, recordFieldDamages(rng)...)
+	out = append(out, recordValueDamages()...)
 	out = append(out, indexDamages()...)
 	out = append(out, metaDamages()...)
 	out = append(out, pageDamages()...)

@@ -20,6 +20,11 @@ import (
 // with CNI error 5 naming the errno, a DEL with nothing to release exits 0,
 // and the daemon never sets the store aside or rebuilds it.
 //
+// test/integration's TestHardening{ReadOnlyFilesystem,FullFilesystem,
+// ImmutableStore,TooManyOpenFiles} (h9-alloc) cover the plugin's verbs one by
+// one; these run a whole episode: the plugin, the CLI and a daemon sweep in
+// the same environment, and the store afterwards.
+//
 // Each case changes only processes the test starts: a private mount namespace
 // held open by a sleeping process (unshare -m; the host's mounts are never
 // touched and the namespace goes away with that process), chattr on a file in
