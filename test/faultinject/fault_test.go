@@ -25,9 +25,8 @@ func TestFaultInjection(t *testing.T) {
 // TestFaultInjectionConcurrent runs the same catalogue with the plugin phase
 // done by concurrent plugin processes: workers ADD fresh sandboxes, hold them
 // across their next ADD and DEL them, while the damaged owners are deleted and
-// others checked. A duplicate is an address a worker got while another holder
-// had finished its ADD before the worker's ADD started and had not started its
-// DEL before the worker's ADD returned.
+// others checked. Two holdings of one address are a duplicate when both ADDs
+// had returned before either DEL started (holdings.duplicates).
 func TestFaultInjectionConcurrent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the concurrent damage suite")
@@ -42,7 +41,7 @@ func forEachCase(t *testing.T, concurrent bool) {
 	}
 	for _, seed := range ss {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Logf("faultinject seed %d; replay with: go test ./test/faultinject -run '%s' -args -faultinject.seed=%d", seed, t.Name()[:strings.Index(t.Name(), "/")], seed)
+			t.Logf("faultinject seed %d; replay with: go test ./test/faultinject -run '^%s$' -v -args -faultinject.seed=%d [-faultinject.case=NAME]", seed, t.Name()[:strings.Index(t.Name(), "/")], seed)
 			g := buildGolden(t, seed)
 			if l, err := walkFile(g.path); err != nil {
 				t.Fatalf("golden store: %v", err)
@@ -276,7 +275,7 @@ func (r *run) simpleVerb(when, verb string, o *owner, conf []byte, mayFree ...ne
 	}
 }
 
-// deadOwners are the proven leaks (absent from CRI, netns gone) not deleted.
+// validAttachments are the live owners: what a runtime would pass to GC.
 func (r *run) validAttachments() []string {
 	var ids []string
 	r.m.mu.Lock()
@@ -327,8 +326,8 @@ func (r *run) pluginPhase() {
 }
 
 // interval is one holding of an address, as seen from outside the processes:
-// the holder's ADD returned at AddDone, its DEL started at DelStart (zero:
-// never).
+// the holder's ADD ran from AddStart to AddDone, its DEL started at DelStart
+// (zero: never). Holdings from before the phase have an AddDone in the past.
 type interval struct {
 	Owner              string
 	AddStart, AddDone  time.Time
@@ -338,47 +337,51 @@ type interval struct {
 
 // holdings is the per-address record of holders for the concurrent phase.
 type holdings struct {
-	mu    sync.Mutex
-	byIP  map[netip.Addr][]*interval
-	adds  []*interval
-	addIP map[*interval]netip.Addr
+	mu   sync.Mutex
+	byIP map[netip.Addr][]*interval
 }
 
 func (h *holdings) hold(ip netip.Addr, iv *interval) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.byIP[ip] = append(h.byIP[ip], iv)
-	if !iv.FromBeforeThePhase {
-		h.adds = append(h.adds, iv)
-		h.addIP[iv] = ip
-	}
 }
 
-// duplicates lists every ADD whose whole run lay inside another holder's
-// holding of the same address.
+// duplicates lists every pair of holdings of one address that certainly
+// overlapped: both ADDs had returned before either DEL started (whatever the
+// order of the commits inside those windows, both held the address at once).
 func (h *holdings) duplicates() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
-	for _, x := range h.adds {
-		ip := h.addIP[x]
-		for _, y := range h.byIP[ip] {
-			if y == x {
-				continue
+	for ip, hs := range h.byIP {
+		for i, x := range hs {
+			for _, y := range hs[i+1:] {
+				bothAdded := x.AddDone
+				if y.AddDone.After(bothAdded) {
+					bothAdded = y.AddDone
+				}
+				firstDel := x.DelStart
+				if firstDel.IsZero() || (!y.DelStart.IsZero() && y.DelStart.Before(firstDel)) {
+					firstDel = y.DelStart
+				}
+				if !firstDel.IsZero() && !bothAdded.Before(firstDel) {
+					continue
+				}
+				out = append(out, fmt.Sprintf("%s held by %s and %s at once (both ADDs returned, by %s, before either DEL started)",
+					ip, h.name(x), h.name(y), bothAdded.Format(time.StampMicro)))
 			}
-			if !y.AddDone.Before(x.AddStart) || (!y.DelStart.IsZero() && !y.DelStart.After(x.AddDone)) {
-				continue
-			}
-			if y.FromBeforeThePhase {
-				out = append(out, fmt.Sprintf("%s got %s while %s held it since before the phase (its DEL had not started)",
-					shortName(x.Owner), ip, y.Owner))
-				continue
-			}
-			out = append(out, fmt.Sprintf("%s got %s while %s held it (its ADD returned %v before, its DEL had not started)",
-				shortName(x.Owner), ip, shortName(y.Owner), x.AddStart.Sub(y.AddDone).Round(time.Microsecond)))
 		}
 	}
+	slices.Sort(out)
 	return out
+}
+
+func (h *holdings) name(iv *interval) string {
+	if iv.FromBeforeThePhase {
+		return iv.Owner + " (held since before the phase)"
+	}
+	return shortName(iv.Owner)
 }
 
 // concurrentPluginPhase: workers ADD and hold while the damaged owners are
@@ -386,7 +389,7 @@ func (h *holdings) duplicates() []string {
 func (r *run) concurrentPluginPhase() {
 	const when = "concurrently after damage"
 	const workers, cycles = 4, 4
-	h := &holdings{byIP: map[netip.Addr][]*interval{}, addIP: map[*interval]netip.Addr{}}
+	h := &holdings{byIP: map[netip.Addr][]*interval{}}
 	start := time.Now().Add(-time.Hour)
 	static := map[string]*interval{}
 	for ip, who := range r.m.held() {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -299,12 +298,3 @@ func resultIP(stdout []byte) (netip.Addr, error) {
 }
 
 func inPool(ip netip.Addr) bool { return ip.Compare(rangeStart) >= 0 && ip.Compare(rangeEnd) <= 0 }
-
-// short is an ID or address list for messages.
-func short(ids []string) string {
-	var s []string
-	for _, id := range ids {
-		s = append(s, shortName(id))
-	}
-	return strings.Join(s, ",")
-}

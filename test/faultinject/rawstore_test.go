@@ -146,7 +146,7 @@ type storeView struct {
 	Bad map[netip.Addr]string
 }
 
-// ownerOf returns the address held by containerID in the view, if any.
+// heldBy returns the addresses whose record names containerID.
 func (v *storeView) heldBy(containerID string) []netip.Addr {
 	var out []netip.Addr
 	for ip, r := range v.Records {
@@ -217,8 +217,6 @@ const (
 	pageHeaderSize  = 16
 	flagBranch      = 0x01
 	flagLeaf        = 0x02
-	flagMeta        = 0x04
-	flagFreelist    = 0x10
 	leafBucketFlag  = 0x01
 	elementSize     = 16
 	metaTxidOffset  = pageHeaderSize + 4 + 4 + 4 + 4 + 16 + 8 + 8
