@@ -19,8 +19,10 @@ import (
 var buildVersion = "dev"
 
 func main() {
-	// Installed under another name, the marker entry's type is that name.
-	if name := filepath.Base(os.Args[0]); name != "hostlease" && name != "." {
+	// Installed under another name, the marker entry's type is that name;
+	// installed as host-local (a drop-in), a top-level "type": "host-local"
+	// without ipam stays host-local's error, never a marker.
+	if name := filepath.Base(os.Args[0]); name != "hostlease" && name != "host-local" && name != "." {
 		allocator.MarkerTypes = append(allocator.MarkerTypes, name)
 	}
 	skel.PluginMainFuncs(skel.CNIFuncs{

@@ -162,6 +162,10 @@ func TestReleaseFindsRecordsWhenTheOwnerIndexIsWrong(t *testing.T) {
 				mustGet(t, s, []StoredRangeSet{set4}, id)
 			}
 			damage(t, s, tc.damage)
+			// The owner an entry is misfiled under gets nothing of b's.
+			if got := release(t, s, "zz", "eth0"); len(got) != 0 {
+				t.Fatalf("Release(zz) = %v: released another owner's record through a misfiled index entry", got)
+			}
 			// A read-only look (CHECK) finds it without writing.
 			if got := held(t, s, "b", "eth0"); !slices.Equal(got, []string{"10.0.0.3"}) {
 				t.Errorf("Held(b) = %v, want 10.0.0.3", got)
