@@ -941,6 +941,10 @@ var requiredAlerts = []string{
 	"HostleaseDaemonDown",
 	"HostleaseCRIUnreachable",
 	"HostleaseSweepsFailing",
+	"HostleaseAddressNotRecorded",
+	"HostleaseAddressConflict",
+	"HostleaseDamagedRecords",
+	"HostleaseStoreErrors",
 }
 
 // githubAnchor is the anchor GitHub renders for a markdown heading.

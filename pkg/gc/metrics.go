@@ -76,6 +76,7 @@ type Metrics struct {
 	DamagedRecords      *prometheus.GaugeVec   // network
 	AddressesReReserved *prometheus.CounterVec // network, reason
 	AddressConflicts    *prometheus.CounterVec // network
+	IndexRepairs        *prometheus.CounterVec // network
 
 	mu        sync.Mutex
 	rangeSets map[string]map[string]bool // network -> range sets with pool gauges
@@ -164,6 +165,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: metricsNamespace, Name: "address_conflicts_total",
 			Help: "Addresses a READY sandbox uses that the store holds for another READY sandbox: reported, not rewritten.",
 		}, []string{labelNetwork}),
+		IndexRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "index_repairs_total",
+			Help: "Sweeps that found a store's derived indexes (taken bitmap, owner index, records count) disagreeing with its records and rebuilt them from the records.",
+		}, []string{labelNetwork}),
 	}
 	m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
 	// Pre-create the label-only series so rate()/increase() have a zero to
@@ -183,7 +188,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.Reclaims, m.Vetoes, m.ReclaimGuardTripped, m.AllocationFailures,
 		m.LastExhaustion, m.Sweeps, m.SweepDuration, m.LastSuccessfulSweep,
 		m.CRIUp, m.StoresRebuilt, m.StoreErrors, m.DamagedRecords,
-		m.AddressesReReserved, m.AddressConflicts,
+		m.AddressesReReserved, m.AddressConflicts, m.IndexRepairs,
 	}
 }
 
@@ -211,6 +216,11 @@ func (m *Metrics) InitNetwork(network string, rangeSets ...string) {
 		m.AddressesReReserved.WithLabelValues(network, r)
 	}
 	m.AddressConflicts.WithLabelValues(network)
+	m.IndexRepairs.WithLabelValues(network)
+	m.DamagedRecords.WithLabelValues(network)
+	for _, c := range []string{ClassEnvironment, ClassUnreadable, ClassDamagedPage, ClassOther} {
+		m.StoreErrors.WithLabelValues(network, c, "")
+	}
 	for _, rs := range rangeSets {
 		m.AllocationFailures.WithLabelValues(network, rs, FailureExhausted)
 	}
@@ -300,4 +310,5 @@ func (m *Metrics) DeleteNetwork(network string) {
 	m.DamagedRecords.DeletePartialMatch(match)
 	m.AddressesReReserved.DeletePartialMatch(match)
 	m.AddressConflicts.DeletePartialMatch(match)
+	m.IndexRepairs.DeletePartialMatch(match)
 }

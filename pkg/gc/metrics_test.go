@@ -38,6 +38,7 @@ var contractMetrics = map[string]struct {
 	"hostlease_damaged_records":                         {"gauge", []string{"network"}},
 	"hostlease_addresses_rereserved_total":              {"counter", []string{"network", "reason"}},
 	"hostlease_address_conflicts_total":                 {"counter", []string{"network"}},
+	"hostlease_index_repairs_total":                     {"counter", []string{"network"}},
 }
 
 func scrape(t *testing.T, reg *prometheus.Registry) string {

@@ -57,8 +57,6 @@ func ParseBtime(stat []byte) (time.Time, error) {
 type NetnsFacts struct {
 	// Visible: the directory exists and could be read.
 	Visible bool
-	// Entries is how many entries it holds.
-	Entries int
 	// LiveMissing counts records of READY sandboxes whose netns path is under
 	// the directory and missing: a live sandbox's netns cannot be gone, so
 	// the directory is not the runtime's (a wrong mount).
@@ -66,12 +64,15 @@ type NetnsFacts struct {
 }
 
 // NetnsDirTrusted decides whether a missing netns under the directory proves
-// a sandbox dead. An empty directory proves nothing: it is what an unmounted
-// or wrongly mounted host directory looks like, and trusting it would make
-// every record look dead at once (a node with no pod left falls back to the
-// rules without proof; a rebooted one has the boot time as proof).
+// a sandbox dead: the directory must be visible, and no READY sandbox's netns
+// may be missing there (a live sandbox's netns cannot be gone, so such a
+// directory is not the runtime's: a wrong or missing mount, which would make
+// every netns look gone, in-flight ADDs' included). An empty directory is
+// trusted: it is what a node whose pods all failed looks like, the very case
+// proof-based reclaim is for; a wrong mount is caught as soon as one READY
+// sandbox records a netns under it.
 func NetnsDirTrusted(f NetnsFacts) bool {
-	return f.Visible && f.Entries > 0 && f.LiveMissing == 0
+	return f.Visible && f.LiveMissing == 0
 }
 
 // netnsUnder reports whether path lies under dir (both cleaned), so only a

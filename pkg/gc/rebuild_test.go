@@ -91,6 +91,10 @@ func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 	if err := os.MkdirAll(hl, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// host-local keeps a lock file in its dir on every call; its DEL leaves it.
+	if err := os.WriteFile(hl+"/lock", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"10.1.0.50", "10.1.0.51"} {
 		if err := os.WriteFile(hl+"/"+f, []byte("ctr-"+f+"\r\neth0"), 0o644); err != nil {
 			t.Fatal(err)
@@ -117,5 +121,49 @@ func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 	}
 	if got := e.reclaims(ReclaimHostLocalGone); got != 1 {
 		t.Fatalf("reclaims{host_local_gone} = %v", got)
+	}
+}
+
+// A lost derived index (here the owner index emptied) is found by the sweep's
+// verification and rebuilt from the records, reported once.
+func TestSweepRepairsLostIndex(t *testing.T) {
+	e := newSweepEnv(t)
+	live := e.alloc("sb-live", t0.Add(-time.Hour))
+	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.alloc("sb-other", t0.Add(-time.Hour))
+	db, err := bolt.Open(e.path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("ownerhash"))
+		var keys [][]byte
+		_ = b.ForEach(func(k, _ []byte) error { keys = append(keys, append([]byte(nil), k...)); return nil })
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	nr := e.net(e.sweepAt(t0))
+	if !nr.IndexRepair.Changed() || nr.IndexRepair.OwnerAdded != 2 {
+		t.Fatalf("index repair %+v, want the 2 owner entries added", nr.IndexRepair)
+	}
+	if got := e.metric(e.m.IndexRepairs.WithLabelValues(testNet)); got != 1 {
+		t.Fatalf("index_repairs_total = %v", got)
+	}
+	// Repaired: the plugin's DEL finds its record by owner again.
+	e.release("sb-other", t0.Add(time.Second))
+	if len(e.records()) != 1 {
+		t.Fatalf("DEL after the repair left %v", keys(e.records()))
+	}
+	var ok bool
+	e.view(func(tx *allocator.Tx) error { ok = !tx.VerifyIndexes().Changed(); return nil })
+	if !ok {
+		t.Fatal("indexes still disagree with the records")
 	}
 }

@@ -49,7 +49,7 @@ const ReReserveIfName = "eth0"
 // Nothing is judged without a complete CRI answer or the network's range
 // sets (an address of another network must not be taken into this one).
 func Reconcile(uses []Use, recs []*allocator.Record, damaged []allocator.DamagedRecord, sets []allocator.StoredRangeSet, view CRIView) []ReReserve {
-	if !view.Complete || len(sets) == 0 {
+	if !view.Complete || len(sets) == 0 || len(uses) == 0 {
 		return nil
 	}
 	byIP := make(map[netip.Addr]*allocator.Record, len(recs))
@@ -210,6 +210,9 @@ func (s *Sweeper) reportReReserves(ctx context.Context, log interface {
 		}
 		log.Error("ADDRESS CONFLICT: two READY sandboxes use one address; not rewritten, a person must look",
 			"ip", rr.IP, "sandbox", rr.Sandbox.ID, "pod", pod(rr.Sandbox), "recordedFor", prev(rr))
+		if s.Opts.DryRun {
+			continue
+		}
 		event(rr, "Warning", "AddressConflict", fmt.Sprintf("hostlease-gc: %s (network %s) is used by sandbox %s and recorded for READY sandbox %s",
 			rr.IP, nr.Network, short(rr.Sandbox.ID), short(prev(rr))))
 	}

@@ -49,6 +49,9 @@ type Snapshot struct {
 	// Damaged are the records that do not decode: quarantined, their
 	// addresses stay reserved, and they count as held.
 	Damaged []allocator.DamagedRecord
+	// Indexes is what a verification of the derived indexes found (zero
+	// when not verified this sweep).
+	Indexes allocator.IndexRepair
 	// RangeSetsErr is set when the stored range sets do not decode (the next
 	// ADD rewrites them): the sweep carries on without pool sizes.
 	RangeSetsErr error
@@ -78,17 +81,17 @@ func (s *Snapshot) Held() int { return len(s.Records) + len(s.Damaged) }
 // ReadSnapshot opens the store briefly, reads everything the daemon needs in one
 // read transaction, and closes it again: plugins never wait on the daemon for
 // longer than that.
-func ReadSnapshot(path string) (*Snapshot, error) { return readSnapshot(path, nil) }
+func ReadSnapshot(path string) (*Snapshot, error) { return readSnapshot(path, nil, false) }
 
 // readSnapshot is ReadSnapshot reusing the records cache decoded on earlier
 // sweeps (nil: decode everything). Records are decoded only once the store is
 // closed: a plugin waiting for the store's lock waits for a walk over the
 // records and a copy of those that changed, never for decoding.
-func readSnapshot(path string, cache *allocator.RecordCache) (*Snapshot, error) {
+func readSnapshot(path string, cache *allocator.RecordCache, verify bool) (*Snapshot, error) {
 	if cache == nil {
 		cache = &allocator.RecordCache{}
 	}
-	snap, scan, err := scanStore(path, cache)
+	snap, scan, err := scanStore(path, cache, verify)
 	if err != nil {
 		return snap, err
 	}
@@ -113,7 +116,7 @@ func readSnapshot(path string, cache *allocator.RecordCache) (*Snapshot, error) 
 // counters. The store is closed when it returns. On an error in the
 // transaction the snapshot holds what was read before it (the range sets let
 // a rebuild keep only the network's addresses).
-func scanStore(path string, cache *allocator.RecordCache) (*Snapshot, *allocator.RecordScan, error) {
+func scanStore(path string, cache *allocator.RecordCache, verify bool) (*Snapshot, *allocator.RecordScan, error) {
 	s, err := allocator.Open(path, allocator.OpenOptions{LockTimeout: storeLockTimeout, ReadOnly: true})
 	if err != nil {
 		return nil, nil, err
@@ -123,6 +126,11 @@ func scanStore(path string, cache *allocator.RecordCache) (*Snapshot, *allocator
 	var scan *allocator.RecordScan
 	err = s.View(func(tx *allocator.Tx) error {
 		snap.Network = tx.Network()
+		if verify {
+			// The derived indexes against the records (decodes every
+			// record under the shared lock: done every verifyEvery sweeps).
+			snap.Indexes = tx.VerifyIndexes()
+		}
 		scan = tx.ScanRecords(cache)
 		var err error
 		if snap.RangeSets, err = tx.RangeSets(); err != nil {

@@ -47,6 +47,8 @@ type Sweeper struct {
 	infoWrites int
 	// bootErr is the last boot-time error logged, to log a new one once.
 	bootErr string
+	// sweeps counts sweeps, to verify the indexes every verifyEvery.
+	sweeps int
 	// statusIPs caches the addresses of READY sandboxes no record names, by
 	// sandbox ID (see sandboxUses).
 	statusIPs map[string][]netip.Addr
@@ -110,7 +112,9 @@ type NetworkReport struct {
 	// its reservation file; HostLocalReleased lists what the write released.
 	hostLocalGone     bool
 	HostLocalReleased []*allocator.Record
-	Err               error
+	// IndexRepair is the repair of the derived indexes this sweep made.
+	IndexRepair allocator.IndexRepair
+	Err         error
 }
 
 // SweepReport is the outcome of one sweep.
@@ -155,12 +159,14 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	// make an empty answer implausible.
 	boot := s.bootTime()
 	probe := s.now()
+	verify := s.sweeps%verifyEvery == 0
+	s.sweeps++
 	committed := 0
 	var unreadable []*NetworkReport
 	for _, f := range files {
 		nr := &NetworkReport{Network: f.Network, Path: f.Path}
 		rep.Networks = append(rep.Networks, nr)
-		nr.Snapshot, nr.Err = readSnapshot(f.Path, s.decodeCache(f.Path))
+		nr.Snapshot, nr.Err = readSnapshot(f.Path, s.decodeCache(f.Path), verify)
 		if nr.Snapshot != nil && nr.Snapshot.Network != "" {
 			nr.Network = nr.Snapshot.Network
 		}
@@ -354,16 +360,24 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) 
 	facts := NetnsFacts{}
 	if f, err := os.Open(dir); err == nil {
 		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			names, err := f.Readdirnames(1)
+			_, err := f.Readdirnames(1)
 			facts.Visible = err == nil || errors.Is(err, io.EOF)
-			facts.Entries = len(names)
 		}
 		f.Close()
 	}
 	if facts.Visible {
+		// A wrong mount hides every netns, so a few READY sandboxes tell: the
+		// check costs a handful of lstats, not one per live record.
+		checked := 0
 		for _, r := range snap.Records {
-			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && netnsUnder(r.Netns, dir) && netnsMissing(r.Netns) {
-				facts.LiveMissing++
+			if checked == liveNetnsSample {
+				break
+			}
+			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && netnsUnder(r.Netns, dir) {
+				checked++
+				if netnsMissing(r.Netns) {
+					facts.LiveMissing++
+				}
 			}
 		}
 	}
@@ -389,6 +403,16 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) 
 	}
 	return out
 }
+
+// verifyEvery is how often (in sweeps) the derived indexes are verified
+// against the records: every 10th sweep, 5 minutes at the default interval.
+// The plugin verifies what it uses on every call; this finds what no call
+// touched (a misfiled owner entry in a big store).
+const verifyEvery = 10
+
+// liveNetnsSample is how many READY sandboxes' netns a sweep looks for to
+// tell whether --netns-dir is the runtime's.
+const liveNetnsSample = 16
 
 // netnsMissing reports whether path provably does not exist (any other error
 // proves nothing).
@@ -444,7 +468,7 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	plan := planWrites(nr.Snapshot, nr.Verdict, s.maxInfoWrites(), now)
 	rereserve := slices.ContainsFunc(nr.ReReserve, func(rr ReReserve) bool { return !rr.Conflict })
-	if len(plan) == 0 && !rereserve && !nr.hostLocalGone {
+	if len(plan) == 0 && !rereserve && !nr.hostLocalGone && !nr.Snapshot.Indexes.Changed() {
 		// Nothing to store: no write transaction, so no exclusive lock and no
 		// fdatasyncs (an empty bbolt commit still writes its meta page) that
 		// plugin calls would wait behind.
@@ -458,10 +482,18 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	var reclaimed []*allocator.Record
 	var stored []allocator.Rewrite
 	var rereserved, hlReleased = []ReReserve(nil), []*allocator.Record(nil)
+	var repair allocator.IndexRepair
 	committed := 0
 	err = st.Update(func(tx *allocator.Tx) error {
 		reclaimed, stored, committed = nil, stored[:0], 0
 		var err error
+		if nr.Snapshot.Indexes.Changed() {
+			// Records are the truth: the indexes are rebuilt from them first
+			// (audited by the allocator), under this write lock.
+			if repair, err = tx.RepairIndexes("hostlease-gc sweep", now); err != nil {
+				return err
+			}
+		}
 		if rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, nr.ReReserve, now); err != nil {
 			return err
 		}
@@ -516,7 +548,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 		return nil
 	})
 	if err == nil {
-		nr.Reclaimed, nr.Committed, nr.ReReserved, nr.HostLocalReleased = reclaimed, committed, rereserved, hlReleased
+		nr.Reclaimed, nr.Committed, nr.ReReserved, nr.HostLocalReleased, nr.IndexRepair = reclaimed, committed, rereserved, hlReleased, repair
 		// What was just written need not be decoded again next sweep.
 		cache := s.decodeCache(nr.Path)
 		for _, w := range stored {
@@ -603,6 +635,11 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 		}
 	}
 	s.reportReReserves(ctx, log, nr, api)
+	if r := nr.IndexRepair; r.Changed() {
+		log.Warn("derived indexes disagreed with the records and were rebuilt from them",
+			"records", r.Records, "bitsSet", r.BitsSet, "bitsCleared", r.BitsCleared,
+			"ownerAdded", r.OwnerAdded, "ownerRemoved", r.OwnerRemoved, "countWas", r.CountWas)
+	}
 	for _, r := range nr.HostLocalReleased {
 		log.Info("released address imported from host-local: its reservation file was removed (host-local DEL by a runtime with a cached host-local config)",
 			"ip", r.IP, "container", r.ContainerID, "ifname", r.IfName)
@@ -617,7 +654,9 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 	if nr.Verdict.Guarded {
 		log.Error("MASS-RECLAIM GUARD: refusing to reclaim without proof of death; a person must look (hostlease-gc leaks)",
 			"wouldReclaim", nr.Verdict.WouldReclaim, "limit", nr.Verdict.GuardLimit, "records", nr.Snapshot.Held(),
-			"maxFraction", s.Opts.MaxReclaimFraction, "provenReclaims", nr.Verdict.Proven)
+			"maxFraction", s.Opts.MaxReclaimFraction, "provenReclaims", nr.Verdict.Proven, "dryRun", s.Opts.DryRun)
+	}
+	if nr.Verdict.Guarded && !s.Opts.DryRun { // `leaks` (a dry run) posts no Events
 		if err := s.Kube.Event(ctx, api, nil, "Warning", "MassReclaimRefused",
 			fmt.Sprintf("hostlease-gc refused to reclaim %d addresses of network %s at once without proof of death (limit %d of its %d records)",
 				nr.Verdict.WouldReclaim, nr.Network, nr.Verdict.GuardLimit, nr.Snapshot.Held())); err != nil {
@@ -646,7 +685,12 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 			m.Vetoes.WithLabelValues(nr.Network, VetoPodListsIP).Inc()
 		}
 	}
-	m.SetAllocations(nr.Network, pending+len(nr.Snapshot.Damaged), committedN+len(nr.ReReserved))
+	for _, rr := range nr.ReReserved {
+		if rr.Reason != ReReserveOtherOwner { // a new record (a replaced one was counted)
+			committedN++
+		}
+	}
+	m.SetAllocations(nr.Network, pending, committedN)
 	m.DamagedRecords.WithLabelValues(nr.Network).Set(float64(len(nr.Snapshot.Damaged)))
 	for _, rr := range nr.ReReserved {
 		m.AddressesReReserved.WithLabelValues(nr.Network, rr.Reason).Inc()
@@ -661,6 +705,9 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 		m.Reclaims.WithLabelValues(nr.Network, decisionFor(nr.Verdict, r).Reason).Inc()
 	}
 	m.Reclaims.WithLabelValues(nr.Network, ReclaimHostLocalGone).Add(float64(len(nr.HostLocalReleased)))
+	if nr.IndexRepair.Changed() {
+		m.IndexRepairs.WithLabelValues(nr.Network).Inc()
+	}
 	if nr.Verdict.Guarded {
 		m.ReclaimGuardTripped.WithLabelValues(nr.Network).Inc()
 		m.Vetoes.WithLabelValues(nr.Network, VetoMassReclaimGuard).Add(float64(nr.Verdict.WouldReclaim))
@@ -781,8 +828,9 @@ func (s *Sweeper) hostLocalDir(network string) string {
 }
 
 // hostLocalFileGone reports whether a record imported from host-local has
-// lost its reservation file in dir (which must exist: a missing directory
-// proves nothing about single containers). Only then does a sweep write.
+// lost its reservation file in dir (which must exist with host-local's lock
+// file: a missing or wiped directory proves nothing about single containers).
+// Only then does a sweep write.
 func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
 	checked := false
 	for _, r := range recs {
@@ -791,6 +839,11 @@ func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
 		}
 		if !checked {
 			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return false
+			}
+			// host-local's DEL leaves its lock file; a wiped directory has
+			// none and proves nothing (ReleaseVanishedHostLocal's rule).
+			if _, err := os.Lstat(filepath.Join(dir, "lock")); err != nil {
 				return false
 			}
 			checked = true

@@ -214,7 +214,7 @@ func BenchmarkSweep10kReadLock(b *testing.B) {
 	path := allocator.StorePath(sb.dir, "bench")
 	cache := s.decodeCache("bench")
 	for b.Loop() {
-		_, scan, err := scanStore(path, cache)
+		_, scan, err := scanStore(path, cache, false)
 		if err != nil {
 			b.Fatal(err)
 		}

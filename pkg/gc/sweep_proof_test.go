@@ -54,14 +54,14 @@ func TestSweepProofNetnsGoneAtOnce(t *testing.T) {
 }
 
 // A missing netns proves nothing when --netns-dir cannot be the runtime's: it
-// is empty (what an unmounted host directory looks like), or a READY
-// sandbox's netns is missing there too.
+// does not exist (no mount), or a READY sandbox's netns is missing there too
+// (a wrong mount).
 func TestSweepNetnsDirNotTrusted(t *testing.T) {
 	cases := []struct {
 		name  string
 		setup func(e *sweepEnv)
 	}{
-		{"empty netns dir", func(e *sweepEnv) {}},
+		{"netns dir not visible", func(e *sweepEnv) { e.s.Opts.NetnsDir = filepath.Join(e.t.TempDir(), "absent") }},
 		{"a READY sandbox's netns is missing", func(e *sweepEnv) {
 			e.touchNetns("cni-unrelated")
 			live := e.allocNetns("sb-live", t0.Add(-time.Hour), filepath.Join(e.netns, "cni-live"))
