@@ -85,6 +85,15 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 		t.Errorf("status -o json: %+v, want the pool with 1 damaged of 3 used, and a row for %s", pools, b)
 	}
 
+	// leaks never offers a damaged record's address, and says it exists.
+	cri := startCRI(t)
+	cri.Ready("sandbox-a", a)
+	cri.Ready("sandbox-c", c)
+	r = gcExec(t, "leaks", "--no-api", "--data-dir", dataDir, "--cri-endpoint", cri.Endpoint())
+	if r.code != exitDamaged || !strings.Contains(r.stdout, "no leak candidates") || !strings.Contains(r.stderr, "1 record(s) do not decode") {
+		t.Errorf("leaks with a damaged record: want no candidates, exit %d naming the damage\n%s", exitDamaged, r)
+	}
+
 	// --sandbox never releases a damaged record (its owner is unreadable).
 	if r := gcExec(t, "release", "--data-dir", dataDir, "--sandbox", "sandbox-b", "--yes"); r.code != 1 || !strings.Contains(r.stderr, "no allocation found") {
 		t.Errorf("release --sandbox of a damaged record's owner:\n%s", r)

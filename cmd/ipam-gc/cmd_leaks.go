@@ -79,11 +79,15 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	now := time.Now()
 	rows := []leakRow{}
 	var failed []string
+	damaged := 0
 	for _, nr := range rep.Networks {
 		if nr.Err != nil {
 			printf(stderr, "hostlease-gc leaks: network %s: %s", nr.Network, storeErr(nr.Network, nr.Err))
 			failed = append(failed, "network "+nr.Network+" could not be read")
 			continue
+		}
+		if nr.Snapshot != nil {
+			damaged += len(nr.Snapshot.Damaged)
 		}
 		for _, d := range nr.Verdict.Decisions {
 			if !*all && !d.Candidate {
@@ -111,8 +115,12 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if len(failed) > 0 {
+	switch {
+	case len(failed) > 0:
 		return errors.New(strings.Join(failed, "; "))
+	case damaged > 0:
+		// Their addresses stay reserved: never leak candidates.
+		return damagedSummary(damaged)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 // damagedEntry is a damaged record in `list -o json`, beside the records:
 // state "damaged", the address and why its value does not decode.
 type damagedEntry struct {
-	IP          string `json:"ip"`
+	IP          string `json:"ip"` // "" when the key is damaged too
 	Network     string `json:"network"`
 	State       string `json:"state"`
 	Error       string `json:"error"`
@@ -65,7 +65,11 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 				all = append(all, r)
 			}
 			for _, d := range v.Damaged {
-				all = append(all, damagedEntry{IP: d.IP.String(), Network: v.Network, State: "damaged", Error: damagedErr(d),
+				ip := ""
+				if d.IP.IsValid() {
+					ip = d.IP.String()
+				}
+				all = append(all, damagedEntry{IP: ip, Network: v.Network, State: "damaged", Error: damagedErr(d),
 					ContainerID: d.ContainerID, IfName: d.IfName})
 			}
 		}

@@ -93,7 +93,8 @@ Exit status (every command):
      cannot read, a status row in ERROR, CRI not answering (leaks, rebuild)
   2  bad command line: unknown flag, missing or unusable flag value
   3  done and every store was read, but some records are damaged (DAMAGED
-     rows in list/status): release them by IP or rebuild the store
+     rows in list/status; also from leaks, export): release them by IP or
+     rebuild the store
 Text output escapes control characters (\t, \n, \x1b, \u202e, \\);
 -o json is exact JSON.
 `
