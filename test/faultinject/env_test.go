@@ -361,19 +361,26 @@ func TestEnvDaemonOutOfFileDescriptors(t *testing.T) {
 		t.Fatalf("prlimit --pid %d: %v", pid, err)
 	}
 	soft := strings.TrimSpace(string(out))
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := map[int]bool{}
-	for _, f := range fds {
-		n, _ := strconv.Atoi(f.Name())
-		open[n] = true
-	}
-	lowest := 0
-	for open[lowest] {
-		lowest++
-	}
+	// The lowest free descriptor while the daemon has no store file open (a
+	// sweep in progress holds one for a moment; its number must not count).
+	var lowest int
+	d.waitFor("the daemon between sweeps", func() bool {
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			return false
+		}
+		open := map[int]bool{}
+		for _, f := range fds {
+			if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, f.Name())); strings.HasPrefix(l, e.dataDir) {
+				return false
+			}
+			n, _ := strconv.Atoi(f.Name())
+			open[n] = true
+		}
+		for lowest = 0; open[lowest]; lowest++ {
+		}
+		return true
+	})
 	setLimit(strconv.Itoa(lowest))
 	limited := e.n.cri.Lists()
 	d.waitFor("two sweeps out of file descriptors, reported", func() bool {

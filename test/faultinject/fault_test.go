@@ -199,14 +199,21 @@ func (r *run) del(when string, o *owner) {
 	r.t.Helper()
 	before := r.view()
 	if out := runPlugin(invocation{Command: "DEL", ContainerID: o.ID, Netns: r.netns(o.ID), Conf: r.conf}); !out.OK() {
-		r.t.Errorf("%s: DEL %s (%s, intact %v) did not exit 0: %v", when, shortName(o.ID), o.Role, o.Intact, out)
+		r.m.mu.Lock()
+		role, intact := o.Role, o.Intact
+		r.m.mu.Unlock()
+		r.t.Errorf("%s: DEL %s (%s, intact %v) did not exit 0: %v", when, shortName(o.ID), role, intact, out)
 		return
 	}
 	r.forget(o)
-	if r.refusing() {
+	if r.refusing() || (r.concurrent && r.d.class == classStore) {
 		// A store that does not serve cannot release: DEL exits 0 and the
-		// record is left for the daemon (or the rebuild) to drop.
+		// record is left for the daemon (or the rebuild) to drop. With
+		// concurrent calls on a damaged store, whether the store served
+		// this DEL is not known.
+		r.m.mu.Lock()
 		o.Intact = false
+		r.m.mu.Unlock()
 		return
 	}
 	if r.concurrent {
@@ -243,8 +250,11 @@ func (r *run) forget(o *owner) {
 
 // others picks up to k intact READY owners that are not the target.
 func (r *run) others(k int) []*owner {
+	ready := r.m.byRole(roleReady)
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
 	var out []*owner
-	for _, o := range r.m.byRole(roleReady) {
+	for _, o := range ready {
 		if o != r.target && o != r.alsoDelete && o.Intact && len(out) < k {
 			out = append(out, o)
 		}
