@@ -18,11 +18,14 @@ import (
 //   - every address a NOTREADY sandbox still reports (PodSandboxStatus): its
 //     pod is stopped, not gone, and the runtime's DEL releases it later;
 //   - when the old store opens (a logically damaged one: records that do not
-//     decode, lost indexes), every record that still decodes and whose
-//     address no sandbox above claims, as it was (a pending ADD in flight
-//     keeps its address), and every damaged record's address, reserved for
-//     the owner its readable part names (or for nobody, "" — the daemon's
-//     rules reclaim it once no sandbox is seen to use it, never at once).
+//     decode, lost indexes), every record that still decodes, whose sandbox
+//     the runtime lists and whose address no sandbox above claims, as it was
+//     (records of sandboxes the runtime does not list — gone, or an ADD still
+//     in flight — are forgotten, as `rebuild --force` documents); and every
+//     damaged record's address, kept reserved for the listed sandbox its
+//     readable part names, or for nobody ("": audited as unattributed; the
+//     daemon re-reserves it for a READY sandbox that uses it, and reclaims it
+//     by the rules without proof otherwise, never at once).
 //
 // The swap is atomic: the new store is written and fsynced beside the old one,
 // the old one is hard-linked aside, and the new one is renamed over it. A plugin
@@ -66,9 +69,16 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 	if len(sets) == 0 {
 		sets = old.sets
 	}
+	listed := make(map[string]bool, len(sandboxes))
+	for _, sb := range sandboxes {
+		listed[sb.ID] = true
+	}
 	kept := 0
 	for _, r := range old.records {
-		if claimed[r.IP] {
+		if claimed[r.IP] || !listed[r.ContainerID] {
+			// A sandbox the runtime does not list is gone, or its ADD is
+			// still in flight: a rebuild forgets those (documented for
+			// `rebuild --force`), as it always has.
 			continue
 		}
 		claimed[r.IP] = true
@@ -84,12 +94,16 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		}
 		claimed[d.IP] = true
 		rs, r, ok := rangeOf(sets, d.IP)
-		rec := &allocator.Record{IP: d.IP, RangeSet: rs, ContainerID: d.ContainerID, IfName: d.IfName, Network: network,
+		owner, ifname := d.ContainerID, d.IfName
+		if !listed[owner] {
+			owner, ifname = "", "" // a hint naming no sandbox the runtime knows
+		}
+		rec := &allocator.Record{IP: d.IP, RangeSet: rs, ContainerID: owner, IfName: ifname, Network: network,
 			State: allocator.StatePending, Source: "rebuild-damaged", Created: now}
 		if ok {
 			rec.PrefixLen, rec.Gateway = r.Subnet.Bits(), r.Gateway
 		}
-		if d.ContainerID == "" {
+		if owner == "" {
 			unattributed = append(unattributed, d.IP.String())
 		}
 		recs = append(recs, rec)

@@ -28,18 +28,20 @@ func damageRecord(t *testing.T, path string, ip4 [4]byte) {
 }
 
 // A rebuild of a store that opens but holds a damaged record keeps every
-// record that still decodes (a pending ADD in flight keeps its address),
-// keeps the damaged record's address reserved, takes the runtime's READY and
-// NOTREADY sandboxes, and never hands any of those out again.
+// record that still decodes of a sandbox the runtime lists (forgets the
+// others), keeps the damaged record's address reserved, takes the runtime's
+// READY and NOTREADY sandboxes, and never hands any of those out again.
 func TestRebuildLogicallyDamagedStore(t *testing.T) {
 	e := newSweepEnv(t)
 	created := t0.Add(-time.Hour)
-	ready := e.alloc("sb-ready", created)         // .10
-	inflight := e.alloc("sb-inflight", created)   // .11 pending, not listed yet
-	broken := e.alloc("sb-broken", created)       // .12 will not decode
-	stopped := e.alloc("sb-stopped", created)     // .13
-	e.cri.set("sb-ready", SandboxReady, ready.IP) //
+	ready := e.alloc("sb-ready", created)       // .10
+	inflight := e.alloc("sb-inflight", created) // .11 pending, its sandbox UNKNOWN (no status)
+	broken := e.alloc("sb-broken", created)     // .12 will not decode
+	stopped := e.alloc("sb-stopped", created)   // .13
+	gone := e.alloc("sb-gone", created)         // .14 the runtime no longer lists it
+	e.cri.set("sb-ready", SandboxReady, ready.IP)
 	e.cri.set("sb-stopped", SandboxNotReady, stopped.IP)
+	e.cri.set("sb-inflight", SandboxUnknown)
 	damageRecord(t, e.path, broken.IP.As4())
 
 	list, err := e.cri.ListSandboxes(context.Background())
@@ -59,7 +61,10 @@ func TestRebuildLogicallyDamagedStore(t *testing.T) {
 		t.Fatalf("rebuilt %d records: %v, want 4", n, keys(recs))
 	}
 	if r := recs[inflight.IP]; r.ContainerID != "sb-inflight" || r.State != allocator.StatePending || !r.Created.Equal(created) {
-		t.Errorf("in-flight record not kept as it was: %+v", r)
+		t.Errorf("record of a listed sandbox not kept as it was: %+v", r)
+	}
+	if r := recs[gone.IP]; r != nil {
+		t.Errorf("record of a sandbox the runtime does not list kept: %+v", r)
 	}
 	if r := recs[broken.IP]; r == nil || r.Source != "rebuild-damaged" {
 		t.Errorf("damaged record's address not kept reserved: %+v", r)

@@ -47,6 +47,9 @@ type Sweeper struct {
 	infoWrites int
 	// bootErr is the last boot-time error logged, to log a new one once.
 	bootErr string
+	// lastCommitted is, by store path, how many committed records written
+	// since the boot the store held when last read.
+	lastCommitted map[string]int
 	// sweeps counts sweeps, to verify the indexes every verifyEvery.
 	sweeps int
 	// statusIPs caches the addresses of READY sandboxes no record names, by
@@ -159,6 +162,9 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	// make an empty answer implausible.
 	boot := s.bootTime()
 	probe := s.now()
+	if s.lastCommitted == nil {
+		s.lastCommitted = map[string]int{}
+	}
 	verify := s.sweeps%verifyEvery == 0
 	s.sweeps++
 	committed := 0
@@ -167,16 +173,21 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 		nr := &NetworkReport{Network: f.Network, Path: f.Path}
 		rep.Networks = append(rep.Networks, nr)
 		nr.Snapshot, nr.Err = readSnapshot(f.Path, s.decodeCache(f.Path), verify)
-		if nr.Snapshot != nil && nr.Snapshot.Network != "" {
-			nr.Network = nr.Snapshot.Network
+		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && allocator.StorePath(filepath.Dir(f.Path), n.Network) == f.Path {
+			// A name too long for a file name: the file's is shortened.
+			// (A copy of another network's store keeps its file's name.)
+			nr.Network = n.Network
 		}
 		switch class := ErrorClass(nr.Err); class {
 		case "":
+			n := 0
 			for _, r := range nr.Snapshot.Records {
 				if r.State == allocator.StateCommitted && !PredatesBoot(r.Created, boot, probe) {
-					committed++
+					n++
 				}
 			}
+			committed += n
+			s.lastCommitted[f.Path] = n
 			s.cacheRanges(f.Path, nr.Snapshot.RangeSets)
 			if len(nr.Snapshot.Damaged) > 0 {
 				s.Log.Warn("store has damaged records: their addresses stay reserved; the healthy records are swept",
@@ -188,6 +199,9 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 		case ClassUnreadable:
 			unreadable = append(unreadable, nr)
 			s.countStoreError(nr, class)
+			// What it held when last read still makes an empty CRI answer
+			// implausible: a rebuild from it would free live addresses.
+			committed += s.lastCommitted[f.Path]
 		case ClassEnvironment:
 			// Says nothing about the store's content: never a reason to set
 			// it aside or rebuild it. Looked at again next sweep.
@@ -282,7 +296,8 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 			if err := s.apply(nr, now); err != nil {
 				nr.Err = err
 				rep.Result = SweepStoreError
-				s.Log.Error("could not apply sweep to store", "network", nr.Network, "error", err)
+				s.countStoreError(nr, ErrorClass(err))
+				s.Log.Error("could not apply sweep to store", "network", nr.Network, "class", ErrorClass(err), "errno", errnoOf(err), "error", err)
 			}
 		}
 		s.report(ctx, nr, api)
@@ -760,6 +775,7 @@ func (s *Sweeper) forgetRemoved(files []StoreFile, nets []*NetworkReport) {
 		if !paths[path] {
 			delete(s.decoded, path)
 			delete(s.rangeCache, path)
+			delete(s.lastCommitted, path)
 		}
 	}
 	present := make(map[string]bool, len(nets))

@@ -204,3 +204,63 @@ func TestSweepWrongSocketReclaimsNothing(t *testing.T) {
 		t.Fatalf("no guard log:\n%s", e.logs.String())
 	}
 }
+
+// A network whose name is too long for a file name has its store under a
+// shortened name; the sweep reports it (metrics, logs) under its real name.
+func TestSweepNamesLongNetworkByItsStore(t *testing.T) {
+	e := newSweepEnv(t)
+	long := strings.Repeat("n", 253)
+	path := allocator.StorePath(e.dir, long)
+	if filepath.Base(path) == long+".db" {
+		t.Fatalf("StorePath did not shorten a %d-byte name", len(long))
+	}
+	st, err := allocator.Open(path, allocator.OpenOptions{Create: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Update(func(tx *allocator.Tx) error {
+		_, cerr := allocator.Allocate(tx, allocator.AllocateRequest{Network: long, RangeSets: e.ranges,
+			Owner: allocator.Owner{ContainerID: "sb-1", IfName: "eth0"}, Now: t0})
+		if cerr != nil {
+			return cerr
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	rep := e.sweepAt(t0.Add(time.Minute))
+	if len(rep.Networks) != 1 || rep.Networks[0].Network != long {
+		t.Fatalf("networks %d, first %.20q...", len(rep.Networks), rep.Networks[0].Network)
+	}
+	if got := e.metric(e.m.LeakCandidates.WithLabelValues(long)); got != 1 {
+		t.Fatalf("leak candidates under the real name = %v", got)
+	}
+}
+
+// A store that turns unreadable while the runtime answers with no sandbox at
+// all is not rebuilt from that answer when it held committed records when
+// last read (the empty answer is implausible); it is once the runtime lists
+// its sandboxes again.
+func TestSweepNoRebuildFromEmptyAnswer(t *testing.T) {
+	e := newSweepEnv(t)
+	a := e.alloc("sb-a", t0.Add(-time.Hour))
+	e.cri.set("sb-a", SandboxReady, a.IP)
+	e.sweepAt(t0) // commits sb-a's record
+	e.sweepAt(t0.Add(time.Second))
+	if err := os.Truncate(e.path, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.cri.remove("sb-a")
+	rep := e.sweepAt(t0.Add(time.Minute))
+	if nr := e.net(rep); rep.CRI.Complete || nr.Rebuilt != "" {
+		t.Fatalf("rebuilt from an empty answer: complete %v rebuilt %q", rep.CRI.Complete, nr.Rebuilt)
+	}
+	e.cri.set("sb-a", SandboxReady, a.IP)
+	if nr := e.net(e.sweepAt(t0.Add(2 * time.Minute))); nr.Rebuilt == "" {
+		t.Fatalf("not rebuilt once the runtime listed its sandbox: %v", nr.Err)
+	}
+	if recs := e.records(); recs[a.IP] == nil {
+		t.Fatalf("rebuilt store %v", keys(recs))
+	}
+}
