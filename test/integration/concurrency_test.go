@@ -13,62 +13,90 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
-// liveSet is the test's view of which container holds which address.
-// An address enters it when an ADD process has printed it and leaves it only
-// after the DEL process for its holder has exited 0. Between the start and the
-// end of that DEL the address is "releasing": a concurrent ADD may already have
-// been handed it (its DEL transaction committed before the process exited), so
-// only an address whose holder has not even started its DEL is a duplicate.
-type liveSet struct {
+// holding is one container's hold on one address, timed from outside the
+// processes: its ADD ran from AddStart to AddDone (the reservation committed
+// somewhere in between) and its DEL started at DelStart (zero: not yet; the
+// release commits after that).
+type holding struct {
+	Owner             string
+	AddStart, AddDone time.Time
+	DelStart          time.Time
+}
+
+// holdings records every holding of every address. Two holdings of one
+// address are a duplicate when both ADDs had returned before either DEL
+// started: whatever the order of the commits inside those windows, both
+// containers held the address at once. Holdings whose windows touch are not
+// judged (a DEL that committed and a concurrent ADD that got the address
+// before the DEL process exited is correct).
+type holdings struct {
 	mu      sync.Mutex
-	holder  map[netip.Addr]string
-	release map[netip.Addr]bool
+	byIP    map[netip.Addr][]*holding
 	maxLive int
+	live    int
+	// released is what each container was seen to hold, for the audit log.
+	held map[string][]netip.Addr
 }
 
-func newLiveSet() *liveSet {
-	return &liveSet{holder: map[netip.Addr]string{}, release: map[netip.Addr]bool{}}
+func newHoldings() *holdings {
+	return &holdings{byIP: map[netip.Addr][]*holding{}, held: map[string][]netip.Addr{}}
 }
 
-// add registers ips for id and returns the addresses that another container
-// still held (not releasing) at that moment.
-func (l *liveSet) add(id string, ips []netip.Addr) (dups []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// add books the addresses an ADD returned.
+func (h *holdings) add(id string, ips []netip.Addr, start, done time.Time) *holding {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hd := &holding{Owner: id, AddStart: start, AddDone: done}
 	for _, ip := range ips {
-		if h, ok := l.holder[ip]; ok && !l.release[ip] {
-			dups = append(dups, fmt.Sprintf("%s handed to %s while live for %s", ip, id, h))
-			continue
-		}
-		l.holder[ip] = id
-		delete(l.release, ip)
+		h.byIP[ip] = append(h.byIP[ip], hd)
 	}
-	l.maxLive = max(l.maxLive, len(l.holder))
-	return dups
+	h.held[id] = append(h.held[id], ips...)
+	h.live++
+	h.maxLive = max(h.maxLive, h.live)
+	return hd
 }
 
-// releasing marks id's addresses as being released (its DEL is starting).
-func (l *liveSet) releasing(id string, ips []netip.Addr) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, ip := range ips {
-		if l.holder[ip] == id {
-			l.release[ip] = true
-		}
-	}
+// releasing marks the moment the holder's DEL process starts.
+func (h *holdings) releasing(hd *holding) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hd.DelStart = time.Now()
+	h.live--
 }
 
-// remove drops id's addresses once its DEL exited 0; an address already handed
-// to a new holder stays with that holder.
-func (l *liveSet) remove(id string, ips []netip.Addr) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, ip := range ips {
-		if l.holder[ip] == id {
-			delete(l.holder, ip)
-			delete(l.release, ip)
+// duplicates lists every pair of holdings of one address that certainly
+// overlapped.
+func (h *holdings) duplicates() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for ip, hs := range h.byIP {
+		for i, x := range hs {
+			for _, y := range hs[i+1:] {
+				bothAdded := x.AddDone
+				if y.AddDone.After(bothAdded) {
+					bothAdded = y.AddDone
+				}
+				firstDel := x.DelStart
+				if firstDel.IsZero() || (!y.DelStart.IsZero() && y.DelStart.Before(firstDel)) {
+					firstDel = y.DelStart
+				}
+				if firstDel.IsZero() || bothAdded.Before(firstDel) {
+					out = append(out, fmt.Sprintf("%s held by %s (ADD returned %s, DEL started %s) and %s (ADD %s..%s) at once",
+						ip, x.Owner, x.AddDone.Format(time.StampMicro), stamp(x.DelStart), y.Owner, y.AddStart.Format(time.StampMicro), y.AddDone.Format(time.StampMicro)))
+				}
+			}
 		}
 	}
+	slices.Sort(out)
+	return out
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.Format(time.StampMicro)
 }
 
 // latencies collects per-call wall times.
@@ -106,18 +134,26 @@ func (l *latencies) summary() string {
 }
 
 // TestConcurrentProcesses runs 32 hostlease processes at a time against one
-// small pool (a /26: 61 allocatable addresses, so 32 workers holding at most
-// one address each can never exhaust it, yet addresses are reused hundreds of
-// times). Each worker loops ADD (fresh container ID) then DEL. It guarantees:
-//   - no address returned by ADD is held by another live container at that
-//     moment (checked against the test's live set, under a mutex);
+// small pool (a /26: 61 allocatable addresses) for thousands of ADD/DEL
+// calls. Addresses are held for a while, so that round-robin comes back to
+// held addresses again and again: twelve workers keep their first container
+// for the whole run, every other worker keeps each container across its next
+// ADD, the rest DEL at once (at most 60 addresses held at once). It
+// guarantees:
+//   - no address is held by two containers at once: every holding is timed
+//     from the ADD and DEL processes' start and exit, and two holdings of one
+//     address are a duplicate when both ADDs had returned before either DEL
+//     started (holdings.duplicates);
 //   - every call exits 0 with a well-formed result: no exhaustion, no lock
 //     timeout (error 11), no other error, and no call takes more than half the
 //     default lockTimeout (the store lock is handed over promptly);
 //   - afterwards the store opens, holds no record, its owners index is empty
 //     (raw bbolt walk, and ByOwner for every container ID used), bbolt's page
-//     check is clean, and the audit log is bounded (≤ 2048 entries) while the
-//     file stays small.
+//     check is clean;
+//   - the audit log holds exactly what its bound says for the number of
+//     releases made (the count is not a multiple of the prune batch), and
+//     every release in it names a container and an address that container
+//     was seen to hold, each once.
 //
 // The dual-stack variant (a /26 and a /122 in two range sets) additionally
 // guarantees each ADD gets exactly one address per family.
@@ -126,11 +162,22 @@ func TestConcurrentProcesses(t *testing.T) {
 		t.Skip("-short: skipping the 5000-call process storm")
 	}
 	t.Run("ipv4", func(t *testing.T) {
-		storm(t, "conc4", 32, 5120, []string{"10.90.0.0/26"})
+		storm(t, "conc4", 32, 5000, []string{"10.90.0.0/26"})
 	})
 	t.Run("dualstack", func(t *testing.T) {
 		storm(t, "conc46", 32, 640, []string{"10.90.1.0/26", "fd00:90::/122"})
 	})
+}
+
+// auditEntries is how many entries the audit log keeps after n appends:
+// pkg/allocator drops the oldest auditPrune at a time, when the sequence
+// reaches a multiple of auditPrune above auditLimit.
+func auditEntries(n int) int {
+	const auditLimit, auditPrune = 2048, 64
+	if n < auditLimit+auditPrune {
+		return n
+	}
+	return auditLimit + n%auditPrune
 }
 
 // storm runs workers processes in parallel until calls ADD+DEL calls were made.
@@ -140,24 +187,49 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	live := newLiveSet()
-	var errs, dups errorList
+	hold := newHoldings()
+	var errs errorList
 	var lat latencies
-	var cycles atomic.Int64
+	var cycles, releases atomic.Int64
 	var ids sync.Map
 	perWorker := calls / 2 / workers
 	if perWorker*2*workers < calls {
 		perWorker++
+	}
+	if auditEntries(perWorker*workers*len(subnets)) == 2048 && perWorker*workers*len(subnets) > 2048 {
+		t.Fatalf("%d releases would leave exactly 2048 audit entries: pick a count the prune batch does not divide", perWorker*workers*len(subnets))
 	}
 
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
+			// A keeper holds each container until its next ADD has returned;
+			// a long holder keeps its first container until its last cycle.
+			keeper, longHolder := w%2 == 0, w < 12
+			type held struct {
+				base call
+				ips  []netip.Addr
+				hd   *holding
+			}
+			var prev, long *held
+			release := func(h *held) {
+				hold.releasing(h.hd)
+				del := h.base
+				del.Command = "DEL"
+				o := runPlugin(ctx, del, conf)
+				lat.add(o.Elapsed)
+				if !o.OK() {
+					errs.add("DEL %s: %v", h.base.ContainerID, o)
+					return
+				}
+				releases.Add(int64(len(h.ips)))
+				cycles.Add(1)
+			}
 			for i := range perWorker {
 				if ctx.Err() != nil {
 					errs.add("worker %d: deadline reached after %d cycles", w, i)
-					return
+					break
 				}
 				id := fmt.Sprintf("%s-w%02d-%05d", network, w, i)
 				ids.Store(id, true)
@@ -165,49 +237,65 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 					Args: podArgs("conc", id, fmt.Sprintf("uid-%d-%d", w, i), id)}
 				add := base
 				add.Command = "ADD"
+				addStart := time.Now()
 				o := runPlugin(ctx, add, conf)
+				addDone := time.Now()
 				lat.add(o.Elapsed)
+				var cur *held
 				if !o.OK() {
 					errs.add("ADD %s: %v", id, o)
-					continue // no address to release; DEL must still succeed below
+				} else {
+					prefixes, err := resultIPs(o.Stdout)
+					if err != nil || len(prefixes) != len(subnets) {
+						errs.add("ADD %s: want %d addresses, got %v (%v)", id, len(subnets), prefixes, err)
+					}
+					var ips []netip.Addr
+					fams := map[bool]int{}
+					for _, p := range prefixes {
+						ips = append(ips, p.Addr())
+						fams[p.Addr().Is4()]++
+					}
+					if len(subnets) == 2 && (fams[true] != 1 || fams[false] != 1) {
+						errs.add("ADD %s: want one IPv4 and one IPv6 address, got %v", id, prefixes)
+					}
+					cur = &held{base: base, ips: ips, hd: hold.add(id, ips, addStart, addDone)}
 				}
-				prefixes, err := resultIPs(o.Stdout)
-				if err != nil || len(prefixes) != len(subnets) {
-					errs.add("ADD %s: want %d addresses, got %v (%v)", id, len(subnets), prefixes, err)
+				if prev != nil {
+					release(prev)
+					prev = nil
 				}
-				var ips []netip.Addr
-				fams := map[bool]int{}
-				for _, p := range prefixes {
-					ips = append(ips, p.Addr())
-					fams[p.Addr().Is4()]++
+				if cur == nil {
+					continue
 				}
-				if len(subnets) == 2 && (fams[true] != 1 || fams[false] != 1) {
-					errs.add("ADD %s: want one IPv4 and one IPv6 address, got %v", id, prefixes)
+				if longHolder && long == nil {
+					long = cur
+					continue
 				}
-				for _, d := range live.add(id, ips) {
-					dups.add("%s", d)
+				if keeper {
+					prev = cur
+				} else {
+					release(cur)
 				}
-
-				live.releasing(id, ips)
-				del := base
-				del.Command = "DEL"
-				o = runPlugin(ctx, del, conf)
-				lat.add(o.Elapsed)
-				if !o.OK() {
-					errs.add("DEL %s: %v", id, o)
-					continue // keep the addresses live: nobody else may get them
+			}
+			for _, h := range []*held{prev, long} {
+				if h != nil {
+					release(h)
 				}
-				live.remove(id, ips)
-				cycles.Add(1)
 			}
 		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	n := int(cycles.Load()) * 2
-	t.Logf("%s: %d workers, %d ADD/DEL calls (%d full cycles) in %v = %.0f calls/s; max live %d; per-call latency %s",
-		network, workers, n, cycles.Load(), elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), live.maxLive, lat.summary())
-	dups.report(t, "duplicate live addresses")
+	t.Logf("%s: %d workers, %d ADD/DEL calls (%d full cycles) in %v = %.0f calls/s; max held at once %d; per-call latency %s",
+		network, workers, n, cycles.Load(), elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), hold.maxLive, lat.summary())
+	if dups := hold.duplicates(); len(dups) > 0 {
+		var d errorList
+		for _, s := range dups {
+			d.add("%s", s)
+		}
+		d.report(t, "addresses held by two containers at once")
+	}
 	errs.report(t, "failed calls (exhaustion cannot happen here: any error is a failure)")
 	// bbolt alone polls its lock every 50ms and let calls wait 9.7s here,
 	// a hair under the 10s default lockTimeout (spurious error 11).
@@ -232,13 +320,31 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 	if left := byOwner(t, path, all, "eth0"); len(left) != 0 {
 		t.Errorf("ByOwner finds records for %d deleted containers", len(left))
 	}
-	const auditLimit = 2048 // pkg/allocator's documented bound
-	releases := len(all) * len(subnets)
-	if got := len(snap.Audit); got == 0 || got > auditLimit || (releases > auditLimit && got != auditLimit) {
-		t.Errorf("audit log holds %d entries after %d releases, want min(releases, %d)", got, releases, auditLimit)
+	made := int(releases.Load())
+	if got, want := len(snap.Audit), auditEntries(made); got != want {
+		t.Errorf("audit log holds %d entries after %d releases, want %d", got, made, want)
 	}
+	// Every release in the log names an address its container was seen to
+	// hold, and no container's address is released twice.
+	var bad errorList
+	seen := map[string]bool{}
+	for _, ev := range snap.Audit {
+		if ev.Action != "release" {
+			bad.add("audit entry %+v: want only releases", ev)
+			continue
+		}
+		key := ev.ContainerID + " " + ev.IP.String()
+		if !slices.Contains(hold.held[ev.ContainerID], ev.IP) {
+			bad.add("audit: %s released %s, which it never held (it held %v)", ev.ContainerID, ev.IP, hold.held[ev.ContainerID])
+		}
+		if seen[key] {
+			bad.add("audit: %s released %s twice", ev.ContainerID, ev.IP)
+		}
+		seen[key] = true
+	}
+	bad.report(t, "audit entries that do not match what the containers held")
 	if snap.Size > 4<<20 {
 		t.Errorf("store file grew to %d bytes for an empty pool", snap.Size)
 	}
-	t.Logf("%s: store %d bytes, %d audit entries, 0 records", network, snap.Size, len(snap.Audit))
+	t.Logf("%s: store %d bytes, %d audit entries after %d releases, 0 records", network, snap.Size, len(snap.Audit), made)
 }

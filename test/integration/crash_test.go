@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,6 +120,31 @@ func lockState(pid int) string {
 	return ""
 }
 
+// waitStopped waits until pid is stopped by a signal (state T in
+// /proc/<pid>/stat), or reports false when it exited first. A process in an
+// uninterruptible sleep (fdatasync) stops when that returns.
+func waitStopped(pid int) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// "pid (comm) S ...": the state follows the last ')'.
+		i := strings.LastIndexByte(string(data), ')')
+		if i < 0 || i+2 >= len(data) {
+			return false
+		}
+		switch data[i+2] {
+		case 'T', 't':
+			return true
+		case 'Z', 'X':
+			return false
+		}
+		runtime.Gosched()
+	}
+	return false
+}
+
 // killed is one plugin process killed with SIGKILL.
 type killed struct {
 	id      string
@@ -153,7 +179,13 @@ func killPlugin(ctx context.Context, c call, conf []byte, storePath, mode string
 			time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Millisecond))))
 		}
 	}
-	phase := phaseOf(pid, storePath)
+	// Freeze the process, look at it, then kill it: a stopped process can
+	// neither take nor release the store's lock, so the phase seen is the
+	// phase the kill lands in.
+	phase := "gone"
+	if cmd.Process.Signal(syscall.SIGSTOP) == nil && waitStopped(pid) {
+		phase = phaseOf(pid, storePath)
+	}
 	sigErr := cmd.Process.Signal(syscall.SIGKILL)
 	err := cmd.Wait()
 	var ee *exec.ExitError
@@ -189,7 +221,14 @@ func newCrashBook() *crashBook {
 // TestKillDuringAdd SIGKILLs ≥ 200 hostlease ADD processes at random points
 // of their life (random delay, right after the store is opened, inside the
 // locked transaction) while other processes run normal ADD/DEL cycles and keep
-// some addresses. It guarantees that afterwards:
+// some addresses. Each process is stopped (SIGSTOP) before it is killed, and
+// its phase read from /proc while it is frozen, so the test knows where each
+// kill landed. It guarantees that:
+//   - at least 40 kills land while the process holds the store's lock, that
+//     is inside its read-write transaction or between its commit and exit,
+//     and those left some containers with the old state and some with the new;
+//
+// and that afterwards:
 //   - the store opens (allocator.Open) and every record decodes (ForEach);
 //     bbolt's page-level check is clean;
 //   - the owners index and the allocs agree both ways; no address has two owners;
@@ -217,9 +256,13 @@ func TestKillDuringDel(t *testing.T) {
 func crashRun(t *testing.T, network string, killDel bool) {
 	const (
 		wantKills = 200
-		killers   = 3
-		workers   = 2
-		subnet    = "10.91.0.0/22"
+		// wantLocked kills must land while the process holds the store's
+		// lock (seen from outside, with the process stopped: see killPlugin):
+		// inside its read-write transaction or between its commit and exit.
+		wantLocked = 40
+		killers    = 3
+		workers    = 2
+		subnet     = "10.91.0.0/22"
 	)
 	dir := t.TempDir()
 	conf := ipamConf(t, network, dir, subnet)
@@ -230,7 +273,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 	book := newCrashBook()
 	stats := newKillStats()
 	var errs errorList
-	var kills atomic.Int64
+	var kills, lockedKills atomic.Int64
 	var normalCalls atomic.Int64
 	mkCall := func(cmd, id string) call {
 		return call{Command: cmd, ContainerID: id, IfName: "eth0", Netns: "/var/run/netns/" + id,
@@ -294,7 +337,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 	for k := range killers {
 		kwg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(k)))
-			for i := 0; kills.Load() < wantKills && ctx.Err() == nil; i++ {
+			for i := 0; (kills.Load() < wantKills || lockedKills.Load() < wantLocked) && kills.Load() < 3*wantKills && ctx.Err() == nil; i++ {
 				id := fmt.Sprintf("%s-k%d-%04d", network, k, i)
 				mode := killModes[rng.IntN(len(killModes))]
 				verb := "ADD"
@@ -335,6 +378,9 @@ func crashRun(t *testing.T, network string, killDel bool) {
 					stats.kills++
 					stats.byMode[mode]++
 					stats.byPhase[kl.phase]++
+					if kl.phase == "holding-lock" {
+						lockedKills.Add(1)
+					}
 					stats.mu.Unlock()
 					book.mu.Lock()
 					if killDel {
@@ -354,7 +400,10 @@ func crashRun(t *testing.T, network string, killDel bool) {
 	elapsed := time.Since(start)
 	errs.report(t, "failed calls")
 	if n := kills.Load(); n < wantKills {
-		t.Fatalf("only %d kills landed (want %d)", n, wantKills)
+		t.Fatalf("only %d kills landed (want %d): %v", n, wantKills, stats)
+	}
+	if n := lockedKills.Load(); n < wantLocked {
+		t.Fatalf("only %d kills landed while the process held the store's lock (want %d): %v", n, wantLocked, stats)
 	}
 
 	// The store must be intact.
@@ -405,6 +454,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 			t.Errorf("container %s was deleted (DEL exited 0) but still holds %s", id, rs[0].IP)
 		}
 	}
+	lockedOutcomes := map[string]int{}
 	for id, k := range book.killedAdds {
 		rs := recs[id]
 		outcome := "nothing-left"
@@ -424,14 +474,23 @@ func crashRun(t *testing.T, network string, killDel bool) {
 			}
 		}
 		stats.byOutcome[outcome]++
+		if k.phase == "holding-lock" {
+			lockedOutcomes[outcome]++
+		}
 	}
 	for id, k := range book.killedDels {
 		rs := recs[id]
 		switch {
 		case len(rs) == 0:
 			stats.byOutcome["released"]++
+			if k.phase == "holding-lock" {
+				lockedOutcomes["released"]++
+			}
 		case len(rs) == 1 && rs[0].IP == k.addr:
 			stats.byOutcome["still-held"]++
+			if k.phase == "holding-lock" {
+				lockedOutcomes["still-held"]++
+			}
 			if err := complete(id, rs[0]); err != nil {
 				t.Errorf("killed DEL %s: %v", id, err)
 			}
@@ -447,8 +506,17 @@ func crashRun(t *testing.T, network string, killDel bool) {
 			t.Errorf("record %s belongs to %s, which has no reason to hold anything", rs[0].IP, id)
 		}
 	}
-	t.Logf("%s: %v in %v alongside %d normal calls; store: %d records, %d bytes",
-		network, stats, elapsed.Round(time.Millisecond), normalCalls.Load(), len(snap.Records), snap.Size)
+	// Kills holding the lock landed on both sides of the commit: some left
+	// the old state, some the new one.
+	before, after := "nothing-left", "complete-record"
+	if killDel {
+		before, after = "still-held", "released"
+	}
+	if lockedOutcomes[before] == 0 || lockedOutcomes[after]+lockedOutcomes["printed-result"] == 0 {
+		t.Errorf("kills holding the store's lock left %v: want some %s and some %s", lockedOutcomes, before, after)
+	}
+	t.Logf("%s: %v in %v alongside %d normal calls; store: %d records, %d bytes; kills holding the lock: %v",
+		network, stats, elapsed.Round(time.Millisecond), normalCalls.Load(), len(snap.Records), snap.Size, lockedOutcomes)
 
 	// The store keeps serving: DEL (a retry for killed DELs) every container left.
 	var left []string

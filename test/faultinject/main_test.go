@@ -1,0 +1,383 @@
+// Package faultinject damages real hostlease stores the way bit rot, a bad
+// restore, a bug or an operator would, and checks that every promise of the
+// failure model still holds afterwards.
+//
+// TestMain builds bin/hostlease and bin/hostlease-gc into a temporary
+// directory. Every store is written by real plugin processes (exec'd with the
+// CNI environment and config on stdin, as a runtime does), damaged with
+// bbolt's own API (logical damage: a record, an index entry, a meta value) or
+// by writing bytes at page offsets of the file (physical damage: page types,
+// element counts, meta pages), and then driven again through real processes:
+// ADD/DEL/CHECK/GC/STATUS, the hostlease-gc CLI and one sweep of the
+// hostlease-gc daemon against a real gRPC CRI (internal/fakecri).
+//
+// What is asserted after each damage is a model of what the test handed out
+// to whom (see model.go), not what the code happens to do:
+//   - DEL exits 0, always;
+//   - ADD never returns an address the model says a live owner (or a
+//     quarantined record) holds, nor one the store still has a record for;
+//   - no live sandbox loses its address (no DEL, GC or sweep frees it);
+//   - a damaged record is visible to an operator (list/status);
+//   - a store that is still a store is never set aside;
+//   - after the documented repair (release, rebuild) ADD serves again.
+//
+// The damage points are chosen from a seeded random source: the seed is
+// printed, -faultinject.seed=N replays one, and without it a fixed set of
+// seeds runs (the CI set).
+package faultinject
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/internal/cniexec"
+	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/internal/promtext"
+)
+
+var (
+	seedFlag = flag.Int64("faultinject.seed", 0, "replay one seed (0: run the fixed CI seeds)")
+	caseFlag = flag.String("faultinject.case", "", "run only damage cases whose name contains this")
+)
+
+// ciSeeds are the seeds run when no -faultinject.seed is given.
+var ciSeeds = []int64{1, 2, 3}
+
+func seeds() []int64 {
+	if *seedFlag != 0 {
+		return []int64{*seedFlag}
+	}
+	return ciSeeds
+}
+
+var binDir string
+
+func pluginBin() string { return filepath.Join(binDir, "hostlease") }
+func gcBin() string     { return filepath.Join(binDir, "hostlease-gc") }
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "hostlease-faultinject-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faultinject:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	builds := map[string]string{
+		"hostlease":    "github.com/hostlease/hostlease/cmd/ipam",
+		"hostlease-gc": "github.com/hostlease/hostlease/cmd/ipam-gc",
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for name, pkg := range builds {
+		wg.Go(func() {
+			cmd := exec.Command(goBin, "build", "-buildvcs=false", "-o", filepath.Join(dir, name), pkg)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("go build %s: %v\n%s", pkg, err, out))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintln(os.Stderr, "faultinject: building binaries:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// outcome is what one plugin process did.
+type outcome = cniexec.Outcome
+
+// invocation is one plugin process: the CNI environment and the config.
+type invocation struct {
+	Command, ContainerID, Netns string
+	Conf                        []byte
+	// Wrap lets environment tests change the process (a mount namespace,
+	// resource limits) without touching the test process.
+	Wrap func(*exec.Cmd)
+}
+
+// runPlugin runs bin/hostlease once as a runtime would: CNI_* environment,
+// pod metadata in CNI_ARGS, the config on stdin.
+func runPlugin(inv invocation) outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pluginBin())
+	id := inv.ContainerID
+	cmd.Env = []string{
+		"CNI_COMMAND=" + inv.Command,
+		"CNI_CONTAINERID=" + id,
+		"CNI_NETNS=" + inv.Netns,
+		"CNI_IFNAME=eth0",
+		"CNI_PATH=" + binDir,
+		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=fi;K8S_POD_NAME=pod-" + shortName(id) + ";K8S_POD_UID=uid-" + shortName(id) + ";K8S_POD_INFRA_CONTAINER_ID=" + id,
+		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+	}
+	cmd.Stdin = bytes.NewReader(inv.Conf)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if inv.Wrap != nil {
+		inv.Wrap(cmd)
+	}
+	start := time.Now()
+	err := cmd.Run()
+	return cniexec.Classify(err, stdout.Bytes(), stderr.Bytes(), time.Since(start))
+}
+
+func shortName(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// cliResult is one hostlease-gc CLI run.
+type cliResult struct {
+	Args           []string
+	Stdout, Stderr string
+	Code           int
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("hostlease-gc %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(r.Args, " "), r.Code, r.Stdout, r.Stderr)
+}
+
+// runCLI runs bin/hostlease-gc as an operator does.
+func runCLI(t testing.TB, args ...string) cliResult {
+	t.Helper()
+	return runCLIIn(t, nil, args...)
+}
+
+// runCLIIn is runCLI with the process changed by wrap (a namespace, limits).
+func runCLIIn(t testing.TB, wrap func(*exec.Cmd), args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gcBin(), args...)
+	if wrap != nil {
+		wrap(cmd)
+	}
+	cmd.Stdin = strings.NewReader("")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := cliResult{Args: args, Stdout: stdout.String(), Stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		res.Code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("hostlease-gc %s: %v", strings.Join(args, " "), err)
+	}
+	return res
+}
+
+// startCRI serves a fake runtime until the test ends, on a socket in a short
+// directory (unix socket paths are limited to 108 bytes).
+func startCRI(t testing.TB) *fakecri.Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ficri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	f := fakecri.New(filepath.Join(dir, "cri.sock"))
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// sweepResult is what one daemon sweep did, as its log and metrics show.
+type sweepResult struct {
+	Log     []string
+	Metrics []promtext.Sample
+}
+
+// metric sums every series of name whose labels include labels.
+func (s sweepResult) metric(name string, labels map[string]string) (float64, bool) {
+	v, found := 0.0, false
+next:
+	for _, m := range s.Metrics {
+		if m.Name != name {
+			continue
+		}
+		for k, want := range labels {
+			if m.Labels[k] != want {
+				continue next
+			}
+		}
+		v += m.Value
+		found = true
+	}
+	return v, found
+}
+
+// daemon is a running `hostlease-gc run` process: a real process talking
+// gRPC to a runtime over its unix socket.
+type daemon struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	args    []string
+	addr    string // where /metrics is served
+	done    chan struct{}
+	scanned chan struct{}
+	mu      sync.Mutex
+	lines   []string
+}
+
+// startDaemon starts `hostlease-gc run` with flags (wrap changes the process)
+// and waits until it serves /metrics.
+func startDaemon(t testing.TB, wrap func(*exec.Cmd), flags ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, done: make(chan struct{}), scanned: make(chan struct{})}
+	d.args = append([]string{"run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--no-api"}, flags...)
+	d.cmd = exec.Command(gcBin(), d.args...)
+	if wrap != nil {
+		wrap(d.cmd)
+	}
+	pr, pw := io.Pipe()
+	d.cmd.Stdout, d.cmd.Stderr = pw, pw
+	addrCh := make(chan string, 1)
+	go func() {
+		defer close(d.scanned)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			d.mu.Lock()
+			d.lines = append(d.lines, line)
+			d.mu.Unlock()
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving metrics" {
+				if a, ok := m["addr"].(string); ok {
+					select {
+					case addrCh <- a:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = d.cmd.Wait()
+		pw.Close()
+		close(d.done)
+	}()
+	t.Cleanup(d.stop)
+	select {
+	case d.addr = <-addrCh:
+	case <-d.done:
+		d.stop()
+		t.Fatalf("hostlease-gc %s exited at start: %v\n%s", strings.Join(d.args, " "), d.cmd.ProcessState, strings.Join(d.log(), "\n"))
+	case <-time.After(30 * time.Second):
+		d.stop()
+		t.Fatalf("hostlease-gc run did not serve metrics within 30s\n%s", strings.Join(d.log(), "\n"))
+	}
+	return d
+}
+
+func (d *daemon) log() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.lines...)
+}
+
+// stop ends the daemon with SIGTERM (SIGKILL if it lingers) and waits for it
+// and its log.
+func (d *daemon) stop() {
+	select {
+	case <-d.done:
+	default:
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(20 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+	}
+	<-d.scanned
+}
+
+// scrape reads /metrics (nil when it cannot).
+func (d *daemon) scrape() []promtext.Sample {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + d.addr + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	samples, _ := promtext.Parse(string(body))
+	return samples
+}
+
+// waitFor polls cond until it holds; the deadline is a hang guard.
+func (d *daemon) waitFor(what string, cond func() bool) {
+	d.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			d.stop()
+			d.t.Fatalf("hostlease-gc: %s: not within 60s\n%s", what, strings.Join(d.log(), "\n"))
+		}
+		select {
+		case <-d.done:
+			d.stop()
+			d.t.Fatalf("hostlease-gc exited while waiting for %s: %v\n%s", what, d.cmd.ProcessState, strings.Join(d.log(), "\n"))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// daemonSweep runs `hostlease-gc run` until it has finished `sweeps` sweeps
+// (its hostlease_sweeps_total), then stops it with SIGTERM.
+func daemonSweep(t testing.TB, sweeps int, flags ...string) sweepResult {
+	t.Helper()
+	return daemonSweepIn(t, nil, sweeps, flags...)
+}
+
+// daemonSweepIn is daemonSweep with the process changed by wrap.
+func daemonSweepIn(t testing.TB, wrap func(*exec.Cmd), sweeps int, flags ...string) sweepResult {
+	t.Helper()
+	d := startDaemon(t, wrap, flags...)
+	var samples []promtext.Sample
+	d.waitFor(fmt.Sprintf("%d sweeps", sweeps), func() bool {
+		samples = d.scrape()
+		n, _ := sweepResult{Metrics: samples}.metric("hostlease_sweeps_total", nil)
+		return n >= float64(sweeps)
+	})
+	d.stop()
+	return sweepResult{Log: d.log(), Metrics: samples}
+}
