@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -239,9 +240,10 @@ func zeroLeafType(t *testing.T, path string) {
 func TestRebuildPageDamagedStore(t *testing.T) {
 	dataDir := t.TempDir()
 	n := ipamNet{name: "pg", dataDir: dataDir, rangeSets: subnets("10.88.0.0/24")}
-	var ready []netip.Addr
+	var ready, all []netip.Addr
 	for i := range 24 { // enough records for allocs to have a page of its own
 		ip := add(t, n, fmt.Sprintf("sandbox-%02d", i))[0]
+		all = append(all, ip)
 		if i < 3 {
 			ready = append(ready, ip)
 		}
@@ -281,5 +283,21 @@ func TestRebuildPageDamagedStore(t *testing.T) {
 		if recs[ip].ContainerID != fmt.Sprintf("sandbox-%02d", i) {
 			t.Errorf("after rebuild --force: %s = %+v", ip, recs[ip])
 		}
+	}
+	// The other 21 sandboxes may still be starting (their ADDs succeeded, CRI
+	// does not list them yet): the records' page is unreadable, so their
+	// addresses stay reserved (the taken bitmap, on its own page, says which),
+	// never free for the next ADD.
+	for i, ip := range all[3:] {
+		if _, ok := recs[ip]; !ok {
+			t.Errorf("after rebuild --force: %s (sandbox-%02d, not listed by CRI) is free again", ip, i+3)
+		}
+	}
+	if len(recs) != len(all) {
+		t.Errorf("after rebuild --force: %d records, want the %d held before (the bitmap says which)", len(recs), len(all))
+	}
+	got := add(t, n, "after-rebuild")[0]
+	if slices.Contains(all, got) {
+		t.Errorf("ADD after rebuild --force returned %s, held before the damage", got)
 	}
 }

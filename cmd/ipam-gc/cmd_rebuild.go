@@ -18,7 +18,9 @@ import (
 //   - a store bbolt cannot open, or one holding damaged records, is rebuilt
 //     as asked;
 //   - one with a damaged page needs --force (the plugin still serves from its
-//     readable pages; what only the damaged page holds is lost);
+//     readable pages; the addresses whose records only the damaged page
+//     holds stay reserved for nobody, as the taken bitmap shows them, until
+//     the daemon's rules without proof free them);
 //   - a healthy store needs --force.
 //
 // Environment errors (permissions, read-only, no space...) are never a
@@ -28,7 +30,7 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	dataDir := dataDirFlag(fs)
 	network := fs.String("network", "", "the network whose store to rebuild (required)")
 	endpoint := fs.String("cri-endpoint", gc.DefaultCRIEndpoint, "CRI runtime endpoint (unix socket)")
-	force := fs.Bool("force", false, "rebuild a store that is healthy or has a damaged page (what only that page holds is lost)")
+	force := fs.Bool("force", false, "rebuild a store that is healthy or has a damaged page (addresses only that page records stay reserved for nobody)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -52,8 +54,8 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 		sets = view.RangeSets
 	case errors.Is(readErr, allocator.ErrStorePageDamaged) && !*force:
 		// The plugin still serves from the pages it can read: a rebuild
-		// loses what only the damaged page holds (ADDs in flight).
-		return fmt.Errorf("store %s is damaged (%v); pass --force to set it aside and rebuild it from CRI and its readable pages (allocations only the damaged page holds are lost)", f.Path, readErr)
+		// cannot tell who owns what only the damaged page records.
+		return fmt.Errorf("store %s is damaged (%v); pass --force to set it aside and rebuild it from CRI and its readable pages (owners recorded only on the damaged page are lost; their addresses stay reserved for nobody until the daemon frees them)", f.Path, readErr)
 	case allocator.IsDamage(readErr):
 		// RebuildStore reads the range sets from the old store if it can.
 	default:

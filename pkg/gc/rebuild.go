@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,14 +19,19 @@ import (
 //   - every address a NOTREADY sandbox still reports (PodSandboxStatus): its
 //     pod is stopped, not gone, and the runtime's DEL releases it later;
 //   - when the old store opens (a logically damaged one: records that do not
-//     decode, lost indexes), every record that still decodes, whose sandbox
-//     the runtime lists and whose address no sandbox above claims, as it was
-//     (records of sandboxes the runtime does not list — gone, or an ADD still
-//     in flight — are forgotten, as `rebuild --force` documents); and every
-//     damaged record's address, kept reserved for the listed sandbox its
-//     readable part names, or for nobody ("": audited as unattributed; the
-//     daemon re-reserves it for a READY sandbox that uses it, and reclaims it
-//     by the rules without proof otherwise, never at once).
+//     decode, lost indexes; or one with a damaged page), every record that
+//     still decodes and whose address no sandbox above claims, as it was —
+//     also those of sandboxes the runtime does not list: such a record is
+//     either a leak or an ADD still in flight, and only the daemon's reclaim
+//     rules may tell them apart (forgetting it could hand an in-flight
+//     sandbox's address out twice); every damaged record's address, kept
+//     reserved for the listed sandbox its readable part names, or for nobody
+//     ("": audited as unattributed; the daemon re-reserves it for a READY
+//     sandbox that uses it, and reclaims it by the rules without proof
+//     otherwise, never at once); and, behind a damaged page, every address of
+//     the range sets whose lookup meets that page and that the taken bitmap
+//     does not show free, reserved for nobody in the same way (the page may
+//     have held its record).
 //
 // The swap is atomic: the new store is written and fsynced beside the old one,
 // the old one is hard-linked aside, and the new one is renamed over it. A plugin
@@ -75,10 +81,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 	}
 	kept := 0
 	for _, r := range old.records {
-		if claimed[r.IP] || !listed[r.ContainerID] {
-			// A sandbox the runtime does not list is gone, or its ADD is
-			// still in flight: a rebuild forgets those (documented for
-			// `rebuild --force`), as it always has.
+		if claimed[r.IP] {
 			continue
 		}
 		claimed[r.IP] = true
@@ -106,6 +109,19 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		if owner == "" {
 			unattributed = append(unattributed, d.IP.String())
 		}
+		recs = append(recs, rec)
+		damagedKept++
+	}
+	for _, ip := range old.unreadable {
+		if claimed[ip] {
+			continue
+		}
+		claimed[ip] = true
+		rs, r, _ := rangeOf(sets, ip)
+		rec := &allocator.Record{IP: ip, RangeSet: rs, Network: network,
+			State: allocator.StatePending, Source: "rebuild-unreadable-page", Created: now,
+			PrefixLen: r.Subnet.Bits(), Gateway: r.Gateway}
+		unattributed = append(unattributed, ip.String())
 		recs = append(recs, rec)
 		damagedKept++
 	}
@@ -151,8 +167,8 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		os.Remove(tmp)
 		return "", 0, err
 	}
-	aside = fmt.Sprintf("%s.corrupt-%d", path, now.Unix())
-	if err := os.Link(path, aside); err != nil {
+	aside, err = linkAside(path, now)
+	if err != nil {
 		os.Remove(tmp)
 		return "", 0, fmt.Errorf("keeping the unreadable store as %s: %w", aside, err)
 	}
@@ -200,16 +216,45 @@ func (s *Sweeper) rebuild(ctx context.Context, nr *NetworkReport, view CRIView, 
 	nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
 }
 
+// linkAside hard-links the store at path to the first free name
+// <path>.corrupt-<unix>[.<n>], so a second rebuild within the same second
+// keeps both earlier files.
+func linkAside(path string, now time.Time) (string, error) {
+	base := fmt.Sprintf("%s.corrupt-%d", path, now.Unix())
+	aside := base
+	for n := 1; ; n++ {
+		err := os.Link(path, aside)
+		if err == nil {
+			return aside, nil
+		}
+		if !errors.Is(err, os.ErrExist) || n > 1000 {
+			return "", fmt.Errorf("keeping the unreadable store as %s: %w", aside, err)
+		}
+		aside = fmt.Sprintf("%s.%d", base, n)
+	}
+}
+
 // salvaged is what could still be read of a store before a rebuild.
 type salvaged struct {
 	records []*allocator.Record
 	damaged []allocator.DamagedRecord
 	sets    []allocator.StoredRangeSet
+	// unreadable are the addresses whose lookup met a damaged page: the page
+	// may hold their records.
+	unreadable []netip.Addr
 }
+
+// maxProbe bounds the addresses a salvage looks up one by one behind a
+// damaged page (a /16's worth: well under a second).
+const maxProbe = 1 << 16
 
 // salvage reads what it can of the store at path: nothing when it does not
 // open; the records that decode, the damaged ones and the range sets
-// otherwise, as far as a damaged page lets the read go.
+// otherwise. A damaged page stops a walk over the records; then every
+// address of the range sets (up to maxProbe of them) is looked up on its own,
+// so the records on the readable pages past it are kept too, and the
+// addresses whose lookup meets the damaged page are listed as unreadable
+// unless the taken bitmap, read apart, says they were free.
 func salvage(path string) salvaged {
 	var out salvaged
 	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: storeLockTimeout})
@@ -219,6 +264,9 @@ func salvage(path string) salvaged {
 	defer st.Close()
 	_ = st.View(func(tx *allocator.Tx) error {
 		out.sets, _ = tx.RangeSets()
+		return nil
+	})
+	walked := st.View(func(tx *allocator.Tx) error {
 		out.damaged = tx.DamagedRecords()
 		return tx.ForEach(func(r *allocator.Record) error {
 			cp := *r
@@ -226,5 +274,53 @@ func salvage(path string) salvaged {
 			return nil
 		})
 	})
+	if walked == nil || !errors.Is(walked, allocator.ErrStorePageDamaged) {
+		return out
+	}
+	seen := make(map[netip.Addr]bool, len(out.records)+len(out.damaged))
+	for _, r := range out.records {
+		seen[r.IP] = true
+	}
+	for _, d := range out.damaged {
+		seen[d.IP] = true
+	}
+	probed := 0
+	for _, set := range out.sets {
+		for _, r := range set.Ranges {
+			for ip := r.Start; ip.IsValid() && ip.Compare(r.End) <= 0 && probed < maxProbe; ip = ip.Next() {
+				probed++
+				if seen[ip] {
+					continue
+				}
+				var rec *allocator.Record
+				var dmg *allocator.DamagedRecord
+				if err := st.View(func(tx *allocator.Tx) error {
+					rec, dmg = tx.Lookup(ip)
+					return nil
+				}); err != nil {
+					// The taken bitmap is derived from the records but
+					// lives on other pages: where it still reads, it tells
+					// which of these addresses were held.
+					taken := true
+					if st.View(func(tx *allocator.Tx) error {
+						taken = tx.Taken(ip)
+						return nil
+					}) != nil {
+						taken = true
+					}
+					if taken {
+						out.unreadable = append(out.unreadable, ip)
+					}
+					continue
+				}
+				switch {
+				case rec != nil:
+					out.records = append(out.records, rec)
+				case dmg != nil:
+					out.damaged = append(out.damaged, *dmg)
+				}
+			}
+		}
+	}
 	return out
 }

@@ -28,8 +28,9 @@ func damageRecord(t *testing.T, path string, ip4 [4]byte) {
 }
 
 // A rebuild of a store that opens but holds a damaged record keeps every
-// record that still decodes of a sandbox the runtime lists (forgets the
-// others), keeps the damaged record's address reserved, takes the runtime's
+// record that still decodes, also of sandboxes the runtime does not list (a
+// leak or an ADD in flight: the reclaim rules tell them apart, not the
+// rebuild), keeps the damaged record's address reserved, takes the runtime's
 // READY and NOTREADY sandboxes, and never hands any of those out again.
 func TestRebuildLogicallyDamagedStore(t *testing.T) {
 	e := newSweepEnv(t)
@@ -57,14 +58,14 @@ func TestRebuildLogicallyDamagedStore(t *testing.T) {
 		t.Fatalf("old store not kept: %v", err)
 	}
 	recs := e.records()
-	if n != 4 || len(recs) != 4 {
-		t.Fatalf("rebuilt %d records: %v, want 4", n, keys(recs))
+	if n != 5 || len(recs) != 5 {
+		t.Fatalf("rebuilt %d records: %v, want 5", n, keys(recs))
 	}
 	if r := recs[inflight.IP]; r.ContainerID != "sb-inflight" || r.State != allocator.StatePending || !r.Created.Equal(created) {
 		t.Errorf("record of a listed sandbox not kept as it was: %+v", r)
 	}
-	if r := recs[gone.IP]; r != nil {
-		t.Errorf("record of a sandbox the runtime does not list kept: %+v", r)
+	if r := recs[gone.IP]; r == nil || r.ContainerID != "sb-gone" || !r.Created.Equal(created) {
+		t.Errorf("record of a sandbox the runtime does not list not kept as it was: %+v", r)
 	}
 	if r := recs[broken.IP]; r == nil || r.Source != "rebuild-damaged" {
 		t.Errorf("damaged record's address not kept reserved: %+v", r)

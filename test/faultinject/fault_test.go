@@ -625,17 +625,26 @@ func (r *run) repair() {
 	res := runCLI(r.t, "rebuild", "--network", network, "--data-dir", r.dataDir, "--cri-endpoint", r.cri.Endpoint())
 	if res.Code != 0 {
 		// A store that opens but has a damaged page: the runbook's repair is
-		// a forced rebuild, which forgets what CRI does not list (the
-		// sandboxes whose ADD is still in flight).
+		// a forced rebuild. It must not free what CRI does not list yet (the
+		// sandboxes whose ADD is still in flight): their records are kept
+		// where readable, their addresses reserved where not.
 		r.t.Logf("rebuild refused:\n%s", res)
 		res = runCLI(r.t, "rebuild", "--force", "--network", network, "--data-dir", r.dataDir, "--cri-endpoint", r.cri.Endpoint())
 		if res.Code == 0 {
-			var lost []string
-			for _, o := range r.m.byRole(roleInFlight) {
-				lost = append(lost, o.IP.String())
-				o.Role, o.Intact = roleDeleted, false
+			// The rebuild keeps every readable record, also of sandboxes
+			// deleted while their record sat behind the damaged page (DEL
+			// exited 0 without reaching it): the running daemon's next sweep
+			// reclaims those (netns gone), as it does any leak.
+			if fi, err := os.Stat(r.path()); err == nil {
+				r.sweep(fi)
 			}
-			r.t.Logf("rebuild --force forgot the in-flight reservations %v (documented)", lost)
+			if v := r.view(); v != nil {
+				for _, o := range r.m.byRole(roleInFlight) {
+					if o.Intact && !v.Keys[o.IP] {
+						r.t.Errorf("rebuild --force freed %s, held by the in-flight sandbox %s", o.IP, o.ID)
+					}
+				}
+			}
 		}
 	}
 	if res.Code != 0 {
@@ -666,7 +675,9 @@ func (r *run) final() {
 		owners[rec.ContainerID] = append(owners[rec.ContainerID], ip)
 	}
 	for id, ips := range owners {
-		if len(ips) > 1 {
+		// "" is no owner: addresses a rebuild keeps reserved because a
+		// damaged page may have held their records.
+		if id != "" && len(ips) > 1 {
 			r.t.Errorf("%s: %s holds %d addresses %v in a one-range-set network", when, shortName(id), len(ips), ips)
 		}
 	}
