@@ -116,14 +116,15 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 
 		d := env.StartDaemon(harness.DaemonOptions{DataDir: n.DataDir, Args: []string{
 			"--interval", "1s", "--misses", "2", "--grace", "1s", "--min-age", "2s", "--netns-grace", "1s", "--max-reclaim-fraction", "1"}})
-		took := waitFor(t, 15*time.Second, "the crash leak reclaimed", func() (bool, string) {
-			recs := n.records(t)
-			return len(recs) == 1 && recs[0].ContainerID == id, describe(recs)
-		})
-		t.Logf("hostlease-gc reclaimed %s %v after it started; the new pod's record stays", leaked.IP, took.Round(time.Millisecond))
-		if ev := d.Events("reclaimed address"); len(ev) != 1 || ev[0]["ip"] != leaked.IP.String() {
-			t.Errorf("reclaims logged: %v; want exactly %s", ev, leaked.IP)
+		evs := n.waitReclaims(t, 1, 2*time.Minute, func() string { return describe(n.records(t)) + "\n" + d.LogTail(10) })
+		if evs[0].IP != leaked.IP || evs[0].ContainerID != leaked.ContainerID {
+			t.Errorf("audit: reclaimed %s of sandbox %.12s; want exactly the crash leak %s", evs[0].IP, evs[0].ContainerID, leaked.IP)
 		}
+		if recs := n.records(t); len(recs) != 1 || recs[0].ContainerID != id {
+			t.Fatalf("after the reclaim the store holds %s; want only the new pod's record", describe(recs))
+		}
+		t.Logf("hostlease-gc reclaimed %s (%s) %v after it started; the new pod's record stays",
+			leaked.IP, auditReason(evs[0]), evs[0].Time.Sub(d.Started()).Round(time.Millisecond))
 
 		for i := 1; i <= 2; i++ {
 			if out, err := n.execPlugin(t, "DEL", leaked.ContainerID, leaked.Netns); err != nil {

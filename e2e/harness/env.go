@@ -497,7 +497,7 @@ func parseConflist(b []byte) conflistFacts {
 				f.bridges = append(f.bridges, br)
 			}
 		}
-		for _, k := range []string{"failAddFile", "failDelFile", "delayAddFile"} {
+		for _, k := range []string{"failAddFile", "failDelFile", "delayAddFile", "holdAddFile"} {
 			if s, ok := p[k].(string); ok && s != "" {
 				f.triggers = append(f.triggers, s)
 			}
