@@ -20,6 +20,7 @@ import (
 
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // setupHostlease starts an env whose CNI bin dir also holds bin/hostlease.
@@ -134,7 +135,7 @@ func (n *testNet) conflist() []byte {
 		// The commit marker: same binary, no ipam, the same dataDir.
 		plugins = append(plugins, map[string]any{"type": "hostlease", "dataDir": n.DataDir})
 	}
-	b, err := json.MarshalIndent(map[string]any{"cniVersion": "1.1.0", "name": n.Network, "plugins": plugins}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"cniVersion": n.env.CNIVersion(), "name": n.Network, "plugins": plugins}, "", "  ")
 	if err != nil {
 		panic(err)
 	}
@@ -392,8 +393,11 @@ func (n *testNet) runPod(t *testing.T, p harness.Pod) (string, string) {
 }
 
 // failPod makes one RunPodSandbox attempt that must fail with an error
-// containing want.
-func (n *testNet) failPod(t *testing.T, p harness.Pod, want string) {
+// containing want, then does what kubelet does with a failed sandbox the
+// runtime still lists (kubeletCleanup: stop, remove) and returns those
+// sandboxes as they were listed (containerd 1.7 keeps a sandbox whose
+// cleanup DEL failed; see runtimeFacts).
+func (n *testNet) failPod(t *testing.T, p harness.Pod, want string) []*runtimeapi.PodSandbox {
 	t.Helper()
 	id, err := n.env.RunPodSandbox(context.Background(), p)
 	if err == nil {
@@ -402,6 +406,7 @@ func (n *testNet) failPod(t *testing.T, p harness.Pod, want string) {
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("RunPodSandbox %s attempt %d failed for another reason: %v", p.Name, p.Attempt, err)
 	}
+	return kubeletCleanup(t, n.env, p)
 }
 
 // stopRemove stops and removes a sandbox, which must both succeed.

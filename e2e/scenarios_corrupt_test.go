@@ -20,6 +20,7 @@ import (
 // and rebuilds the store from CRI's READY sandboxes; new pods then get
 // addresses that do not collide with the pod still running.
 func TestScenario8TruncatedStore(t *testing.T) {
+	fullSuiteOnly(t)
 	env := setupHostlease(t)
 	n := newNet(t, env, netOpts{Subnet: "10.99.19.0/24", Marker: true})
 	ctx := context.Background()

@@ -25,8 +25,10 @@ type leakStory struct {
 	IPAM          string
 	Attempts      int      // failed RunPodSandbox calls
 	Leaked        []string // addresses held after the attempts, with no sandbox in CRI
-	Listed        int      // sandboxes CRI lists after the attempts
-	Reclaimed     int      // addresses given back by the end
+	Listed        int      // sandboxes CRI lists after the attempts (and kubelet's cleanup)
+	KeptListed    int      // attempts whose failed sandbox CRI kept listed until kubelet removed it
+	Version       harness.Version
+	Reclaimed     int // addresses given back by the end
 	Reasons       map[string]int
 	TimeToReclaim time.Duration // hostlease: daemon start -> last reclaim (audit log), measured
 	Watched       time.Duration // how long the leaks were watched
@@ -51,8 +53,8 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 	t.Helper()
 	env := setupHostlease(t)
 	n := newNet(t, env, netOpts{IPAM: ipam, Subnet: subnet, FailPlugin: true})
-	s := &leakStory{IPAM: ipam, Attempts: attempts, Reasons: map[string]int{}, EnvDir: env.Dir, Bridge: n.Bridge}
-	say("conflist [bridge(ipam: %s), failplugin] network %s subnet %s", ipam, n.Network, subnet)
+	s := &leakStory{IPAM: ipam, Attempts: attempts, Reasons: map[string]int{}, EnvDir: env.Dir, Bridge: n.Bridge, Version: env.Version}
+	say("containerd %s, conflist [bridge(ipam: %s), failplugin] network %s subnet %s", env.Version, ipam, n.Network, subnet)
 
 	held := func() []string {
 		if ipam == "host-local" {
@@ -86,8 +88,14 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 	for i := 0; i < attempts; i++ {
 		pod.Attempt = uint32(i)
 		start := time.Now()
-		n.failPod(t, pod, "failplugin: ADD failing on purpose")
-		say("attempt %d: RunPodSandbox failed after %v; addresses held: %v", i+1, time.Since(start).Round(time.Millisecond), held())
+		listed := n.failPod(t, pod, "failplugin: ADD failing on purpose")
+		if len(listed) > 0 {
+			s.KeptListed++
+			say("attempt %d: RunPodSandbox failed after %v; containerd kept the failed sandbox listed (%s) until kubelet stopped and removed it; addresses held: %v",
+				i+1, time.Since(start).Round(time.Millisecond), describeSandboxes(listed), held())
+		} else {
+			say("attempt %d: RunPodSandbox failed after %v; addresses held: %v", i+1, time.Since(start).Round(time.Millisecond), held())
+		}
 	}
 	s.Leaked = held()
 	list, err := env.ListPodSandbox(context.Background())
@@ -188,8 +196,20 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 func TestScenario2LeakReclaimed(t *testing.T) {
 	const attempts = 4
 	var hl, hs *leakStory
+	checkKept := func(t *testing.T, s *leakStory) {
+		t.Helper()
+		want := 0
+		if factsFor(s.Version).FailedSandboxListed {
+			want = attempts
+		}
+		if s.KeptListed != want {
+			t.Errorf("containerd %s kept %d of %d failed sandboxes listed; want %d", s.Version, s.KeptListed, attempts, want)
+		}
+	}
 	t.Run("host-local", func(t *testing.T) {
+		fullSuiteOnly(t) // TestEnvChainFailAddAndDel measures host-local's leaks on every version
 		hl = runLeakStory(t, "host-local", "10.99.11.0/24", attempts, t.Logf)
+		checkKept(t, hl)
 		if len(hl.Leaked) != attempts || hl.Listed != 0 {
 			t.Errorf("host-local: %d addresses leaked with %d sandboxes listed; want %d leaks and no sandbox (#12130)", len(hl.Leaked), hl.Listed, attempts)
 		}
@@ -199,6 +219,7 @@ func TestScenario2LeakReclaimed(t *testing.T) {
 	})
 	t.Run("hostlease", func(t *testing.T) {
 		hs = runLeakStory(t, "hostlease", "10.99.12.0/24", attempts, t.Logf)
+		checkKept(t, hs)
 		if len(hs.Leaked) != attempts || hs.Listed != 0 {
 			t.Errorf("hostlease: %d addresses leaked with %d sandboxes listed; want %d (the leak is the runtime's, the plugin cannot prevent it)", len(hs.Leaked), hs.Listed, attempts)
 		}
@@ -240,8 +261,9 @@ func leakTable(hl, hs *leakStory) string {
 		return strings.Join(parts, " ")
 	}
 	rows := [][3]string{
-		{"one pod, kubelet retrying", "host-local", "hostlease + hostlease-gc"},
+		{"one pod, kubelet retrying (containerd " + hs.Version.String() + ")", "host-local", "hostlease + hostlease-gc"},
 		{"failed RunPodSandbox (kubelet retries)", fmt.Sprint(hl.Attempts), fmt.Sprint(hs.Attempts)},
+		{"failed sandboxes kept listed until removed", fmt.Sprint(hl.KeptListed), fmt.Sprint(hs.KeptListed)},
 		{"sandboxes CRI lists afterwards", fmt.Sprint(hl.Listed), fmt.Sprint(hs.Listed)},
 		{"addresses leaked", fmt.Sprint(len(hl.Leaked)), fmt.Sprint(len(hs.Leaked))},
 		{"addresses reclaimed", fmt.Sprint(hl.Reclaimed), fmt.Sprint(hs.Reclaimed)},
@@ -253,9 +275,9 @@ func leakTable(hl, hs *leakStory) string {
 	}
 	var b strings.Builder
 	for i, r := range rows {
-		fmt.Fprintf(&b, "  %-40s %-22s %s\n", r[0], r[1], r[2])
+		fmt.Fprintf(&b, "  %-46s %-22s %s\n", r[0], r[1], r[2])
 		if i == 0 {
-			fmt.Fprintf(&b, "  %s\n", strings.Repeat("-", 88))
+			fmt.Fprintf(&b, "  %s\n", strings.Repeat("-", 94))
 		}
 	}
 	return b.String()
