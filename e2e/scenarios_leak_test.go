@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/e2e/harness"
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // leakDaemonArgs are the daemon flags of the #12130 story: fast sweeps, two
@@ -25,7 +26,7 @@ type leakStory struct {
 	IPAM          string
 	Attempts      int      // failed RunPodSandbox calls
 	Leaked        []string // addresses held after the attempts, with no sandbox in CRI
-	Listed        int      // sandboxes CRI lists after the attempts (and kubelet's cleanup)
+	Listed        int      // sandboxes CRI lists after the attempts (and kubelet's cleanup) besides the running pod
 	KeptListed    int      // attempts whose failed sandbox CRI kept listed until kubelet removed it
 	Version       harness.Version
 	Reclaimed     int // addresses given back by the end
@@ -33,7 +34,7 @@ type leakStory struct {
 	TimeToReclaim time.Duration // hostlease: daemon start -> last reclaim (audit log), measured
 	Watched       time.Duration // how long the leaks were watched
 	PoolSize      float64
-	FreeBefore    float64 // after a healthy pod came and went, before the chain broke
+	FreeBefore    float64 // with one healthy pod running, before the chain broke
 	FreeLeaked    float64 // after the failed attempts
 	FreeAfter     float64 // at the end
 	MetricsBefore []string
@@ -56,22 +57,33 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 	s := &leakStory{IPAM: ipam, Attempts: attempts, Reasons: map[string]int{}, EnvDir: env.Dir, Bridge: n.Bridge, Version: env.Version}
 	say("containerd %s, conflist [bridge(ipam: %s), failplugin] network %s subnet %s", env.Version, ipam, n.Network, subnet)
 
+	// A healthy pod first, and it keeps running, as pods do on a node: the
+	// chain works, the pool's starting point, and a netns in the runtime's
+	// netns dir (a daemon may trust a missing netns as proof of death only
+	// where the runtime's live netns are seen).
+	liveID, liveIP := n.runPod(t, harness.Pod{Name: "web-0", Namespace: "demo", UID: podUID("web-0")})
+	// held is what the IPAM holds besides the running pod.
 	held := func() []string {
+		var all []string
 		if ipam == "host-local" {
-			return keys(n.hostLocalLeases(t))
+			all = keys(n.hostLocalLeases(t))
+		} else {
+			all = ipsOf(n.records(t))
 		}
-		return ipsOf(n.records(t))
+		var out []string
+		for _, ip := range all {
+			if ip != liveIP {
+				out = append(out, ip)
+			}
+		}
+		return out
 	}
 	free := func() float64 {
 		if ipam == "host-local" {
-			return s.PoolSize - float64(len(held()))
+			return s.PoolSize - 1 - float64(len(held()))
 		}
 		return n.pool(t).Free
 	}
-
-	// A healthy pod first: the chain works, and the pool's starting point.
-	id, _ := n.runPod(t, harness.Pod{Name: "warmup", Namespace: "demo", UID: podUID("warmup")})
-	n.stopRemove(t, id)
 	if ipam == "host-local" {
 		s.PoolSize = 253 // 10.99.x.1-254 without the gateway .1, as host-local counts it
 	} else {
@@ -79,7 +91,7 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 		s.PoolSize = p.Size
 	}
 	s.FreeBefore = free()
-	say("healthy pod came and went: pool %.0f addresses, %.0f free", s.PoolSize, s.FreeBefore)
+	say("healthy pod demo/web-0 running with %s: pool %.0f addresses, %.0f free", liveIP, s.PoolSize, s.FreeBefore)
 
 	// The chain breaks: ADD and DEL of the last plugin fail. kubelet retries
 	// the same pod (same name and UID, a new attempt number each time).
@@ -102,9 +114,13 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Listed = len(list)
+	for _, sb := range list {
+		if sb.Id != liveID {
+			s.Listed++
+		}
+	}
 	s.FreeLeaked = free()
-	say("after %d failed attempts: %d addresses held (%s), CRI lists %d sandboxes, pool free %.0f",
+	say("after %d failed attempts: %d more addresses held (%s), CRI lists %d sandboxes besides web-0, pool free %.0f",
 		attempts, len(s.Leaked), strings.Join(s.Leaked, " "), s.Listed, s.FreeLeaked)
 
 	if ipam == "host-local" {
@@ -119,7 +135,12 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 
 	// The leaked records are pending (the chain never completed), name the
 	// pod from the CRI metadata, and their sandboxes are gone from CRI.
-	leakedRecs := n.records(t)
+	var leakedRecs []*allocator.Record
+	for _, r := range n.records(t) {
+		if r.ContainerID != liveID {
+			leakedRecs = append(leakedRecs, r)
+		}
+	}
 	for _, r := range leakedRecs {
 		if r.State != "pending" || r.PodName != pod.Name || r.PodNamespace != pod.Namespace || r.PodUID != pod.UID {
 			t.Errorf("leaked record %s: state %s pod %s/%s uid %s; want pending for %s/%s uid %s",
@@ -174,12 +195,16 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 		r, _ := m.Sum("hostlease_reclaims_total", "network", n.Network)
 		f, _ := m.Sum("hostlease_pool_free_addresses", "network", n.Network)
 		c, _ := m.Sum("hostlease_leak_candidates", "network", n.Network)
-		return r == float64(len(s.Leaked)) && f == s.PoolSize && c == 0
+		return r == float64(len(s.Leaked)) && f == s.FreeBefore && c == 0
 	})
 	s.MetricsAfter = m.Lines(leakStoryMetrics...)
 	s.FreeAfter = free()
 	say("$ hostlease-gc status\n%s", cliTable(t, env, "status", "--data-dir", n.DataDir))
 
+	// The running pod kept its address throughout.
+	if r := byIP(n.records(t))[liveIP]; r == nil || r.ContainerID != liveID {
+		t.Errorf("the running pod's %s is no longer held by its sandbox: %s", liveIP, describe(n.records(t)))
+	}
 	// The pool works: with the chain healed, the next pod gets an address.
 	n.healChain(t)
 	pod.Attempt++
