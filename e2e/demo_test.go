@@ -53,8 +53,8 @@ func TestDemo(t *testing.T) {
 	heading("Before / after")
 	fmt.Print(leakTable(hl, hs))
 	print("   netns_gone: containerd had removed each failed sandbox's network namespace, which proves the")
-	print("   teardown, so hostlease-gc needed only --misses 2 sweeps and --netns-grace; an address whose netns")
-	print("   still exists also waits for --grace and --min-age (an ADD may still be in flight).")
+	print("   teardown, so hostlease-gc did not wait for --grace and --min-age; those hold an address whose")
+	print("   netns still exists (an ADD may still be in flight).")
 
 	heading("hostlease-gc metrics (GET /metrics)")
 	print("   before the reclaim (after the first sweep):")
