@@ -46,16 +46,18 @@ CONTAINERD_ALL      := $(shell bash hack/e2e-setup.sh --print-versions 2>/dev/nu
 CONTAINERD_DEFAULT  := $(firstword $(CONTAINERD_ALL))
 CONTAINERD_VERSIONS ?= $(CONTAINERD_ALL)
 CONTAINERD_VERSION  ?= $(CONTAINERD_DEFAULT)
+comma := ,
+E2E_VERSIONS        = $(subst $(comma), ,$(CONTAINERD_VERSIONS))
 
 e2e-setup:
-	CONTAINERD_VERSIONS="$(CONTAINERD_VERSIONS)" bash hack/e2e-setup.sh
+	CONTAINERD_VERSIONS="$(E2E_VERSIONS)" bash hack/e2e-setup.sh
 
 # One `go test ./e2e/` per containerd version (the harness reads
 # CONTAINERD_VERSION); all output goes to .e2e.log, the summary to stdout.
 e2e: build
 	@if [ -d e2e ]; then \
 		: >.e2e.log; rc=0; \
-		for v in $(CONTAINERD_VERSIONS); do \
+		for v in $(E2E_VERSIONS); do \
 			if [ "$$v" = "$(CONTAINERD_DEFAULT)" ]; then suite=full; pkgs="./e2e/ ./e2e/harness/"; else suite=core; pkgs=./e2e/; fi; \
 			echo "e2e: containerd $$v, $$suite suite"; t0=$$(date +%s); \
 			CONTAINERD_VERSION=$$v HOSTLEASE_E2E_SUITE=$$suite $(GO) test -count=1 -timeout 25m -v $$pkgs 2>&1 | tee -a .e2e.log | \
