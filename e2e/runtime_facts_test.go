@@ -16,7 +16,7 @@ import (
 // new version that behaves differently fails loudly instead of being
 // averaged away.
 type runtimeFacts struct {
-	// FailedSandboxListed: after RunPodSandbox failed because the chain's
+	// FailedSandboxListed (1.x): after RunPodSandbox failed because the chain's
 	// ADD and its cleanup DEL both failed (containerd #12130), CRI still
 	// lists the sandbox (NOTREADY, its name reserved) until it is stopped
 	// and removed. false: the runtime swallows the DEL error (setup produced
@@ -42,13 +42,18 @@ func factsFor(v harness.Version) runtimeFacts {
 }
 
 // hasPR12923 reports whether v carries containerd PR #12923 (StopPodSandbox
-// tries the teardown even without a CNI result): 2.1.7+, 2.2.2+, 2.3.0+, and
-// the 1.7 backport (present in 1.7.35, checked in its
-// pkg/cri/server/sandbox_stop.go).
+// tries the teardown even without a CNI result). Measured on 1.7.35, 2.1.9,
+// 2.2.9 and 2.4.2 (and its absence on 2.1.4); the thresholds come from the
+// "ignoring because the sandbox network setup result is nil" branch in
+// sandbox_stop.go of the releases the module proxy serves: 1.7.31+ (not
+// 1.7.30), 2.0.13+ (the oldest 2.0 served), 2.1.7+ (not 2.1.5; 2.1.6 and
+// 2.1.7 are not served, the PR names 2.1.7), 2.2.2+ (not 2.2.1), 2.3.0+.
 func hasPR12923(v harness.Version) bool {
 	switch {
 	case v.Major == 1:
-		return v.Minor == 7 && v.Patch >= 35
+		return v.Minor == 7 && v.Patch >= 31
+	case v.Major == 2 && v.Minor == 0:
+		return v.Patch >= 13
 	case v.Major == 2 && v.Minor == 1:
 		return v.Patch >= 7
 	case v.Major == 2 && v.Minor == 2:
