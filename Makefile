@@ -53,7 +53,9 @@ e2e-setup:
 	CONTAINERD_VERSIONS="$(E2E_VERSIONS)" bash hack/e2e-setup.sh
 
 # One `go test ./e2e/` per containerd version (the harness reads
-# CONTAINERD_VERSION); all output goes to .e2e.log, the summary to stdout.
+# CONTAINERD_VERSION), then any other test package under e2e/ (e.g. e2e/k8s)
+# once, on the default version; all output goes to .e2e.log, the summary to
+# stdout.
 e2e: build
 	@if [ -d e2e ]; then \
 		: >.e2e.log; rc=0; \
@@ -64,7 +66,15 @@ e2e: build
 				grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+[a-z_]+\.go:[0-9]+:)' | grep -v -e '^--- SKIP' -e '^=== RUN' ; \
 			r=$${PIPESTATUS[0]}; echo "e2e: containerd $$v, $$suite suite: exit $$r in $$(( $$(date +%s) - t0 ))s"; \
 			[ "$$r" = 0 ] || rc=1; \
-		done; exit $$rc; \
+		done; \
+		others=$$($(GO) list ./e2e/... | grep -v -e '/e2e$$' -e '/e2e/harness$$' -e '/e2e/failplugin$$'); \
+		if [ -n "$$others" ]; then \
+			echo "e2e: $$others (default containerd)"; \
+			$(GO) test -count=1 -timeout 30m -v $$others 2>&1 | tee -a .e2e.log | \
+				grep -E '^(--- |PASS|FAIL|ok|\s+[a-z_]+\.go:[0-9]+:)' | grep -v '^--- SKIP'; \
+			[ "$${PIPESTATUS[0]}" = 0 ] || rc=1; \
+		fi; \
+		exit $$rc; \
 	fi
 
 bench: build
