@@ -27,11 +27,16 @@ func TestDemo(t *testing.T) {
 	say := func(format string, args ...any) { fmt.Printf("   "+format+"\n", args...) }
 	heading := func(format string, args ...any) { fmt.Printf("\n== "+format+"\n", args...) }
 	start := time.Now()
-	if _, err := harness.EnsureArtifacts(); err != nil { // hack/e2e-setup.sh: cached containerd, CNI plugins, pause image
+	art, err := harness.EnsureArtifacts() // hack/e2e-setup.sh: cached containerd, CNI plugins, pause image
+	if err != nil {
 		t.Fatal(err)
 	}
 
-	print("\nhostlease demo: the chained-plugin leak of containerd #12130, on a private containerd 2.1.4.")
+	print("\nhostlease demo: the chained-plugin leak of containerd #12130, on a private containerd %s.", art.Version)
+	if factsFor(art.Version).FailedSandboxListed {
+		print("This containerd keeps a failed sandbox listed until kubelet stops and removes it; the demo does that")
+		print("after each attempt, as kubelet would, and the address leaks at the removal.")
+	}
 	print("The conflist is [bridge(ipam: X), failplugin]; the failplugin's ADD and DEL fail on purpose, as a")
 	print("broken chained plugin would. kubelet retries the pod %d times; each retry is a new sandbox.", attempts)
 
@@ -48,8 +53,8 @@ func TestDemo(t *testing.T) {
 	heading("Before / after")
 	fmt.Print(leakTable(hl, hs))
 	print("   netns_gone: containerd had removed each failed sandbox's network namespace, which proves the")
-	print("   teardown, so hostlease-gc needed only --misses 2 sweeps and --netns-grace; an address whose netns")
-	print("   still exists also waits for --grace and --min-age (an ADD may still be in flight).")
+	print("   teardown, so hostlease-gc did not wait for --grace and --min-age; those hold an address whose")
+	print("   netns still exists (an ADD may still be in flight).")
 
 	heading("hostlease-gc metrics (GET /metrics)")
 	print("   before the reclaim (after the first sweep):")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // setupHostlease starts an env whose CNI bin dir also holds bin/hostlease.
@@ -62,6 +63,7 @@ type testNet struct {
 	FailAdd         string
 	FailDel         string
 	DelayAdd        string
+	HoldAdd         string // while it exists the failplugin's ADD waits
 	FailPlugLog     string
 	File            string // conflist file name in the env's conf dir
 
@@ -84,6 +86,7 @@ func newNet(t *testing.T, env *harness.Env, o netOpts) *testNet {
 		FailAdd:     filepath.Join(env.Dir, "fail-add"),
 		FailDel:     filepath.Join(env.Dir, "fail-del"),
 		DelayAdd:    filepath.Join(env.Dir, "delay-add"),
+		HoldAdd:     filepath.Join(env.Dir, "hold-add"),
 		FailPlugLog: filepath.Join(env.Dir, "failplugin.log"),
 		env:         env,
 	}
@@ -124,6 +127,7 @@ func (n *testNet) conflist() []byte {
 			"failAddFile":  n.FailAdd,
 			"failDelFile":  n.FailDel,
 			"delayAddFile": n.DelayAdd,
+			"holdAddFile":  n.HoldAdd,
 			"logFile":      n.FailPlugLog,
 		})
 	}
@@ -131,7 +135,7 @@ func (n *testNet) conflist() []byte {
 		// The commit marker: same binary, no ipam, the same dataDir.
 		plugins = append(plugins, map[string]any{"type": "hostlease", "dataDir": n.DataDir})
 	}
-	b, err := json.MarshalIndent(map[string]any{"cniVersion": "1.1.0", "name": n.Network, "plugins": plugins}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"cniVersion": n.env.CNIVersion(), "name": n.Network, "plugins": plugins}, "", "  ")
 	if err != nil {
 		panic(err)
 	}
@@ -165,7 +169,10 @@ func (n *testNet) breakChain(t *testing.T) {
 }
 
 // healChain removes the failplugin's trigger files.
-func (n *testNet) healChain(t *testing.T) { t.Helper(); n.remove(t, n.FailAdd, n.FailDel, n.DelayAdd) }
+func (n *testNet) healChain(t *testing.T) {
+	t.Helper()
+	n.remove(t, n.FailAdd, n.FailDel, n.DelayAdd, n.HoldAdd)
+}
 
 // records lists the network's allocations through `hostlease-gc list -o json`
 // (none when the store does not exist yet).
@@ -233,20 +240,101 @@ func (n *testNet) pool(t *testing.T) poolRow {
 // read-only open, as the daemon does.
 func (n *testNet) audit(t *testing.T) []allocator.AuditEvent {
 	t.Helper()
-	s, err := allocator.Open(n.StorePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	evs, err := n.readAudit()
 	if err != nil {
-		t.Fatalf("open store for its audit log: %v", err)
-	}
-	defer s.Close()
-	var evs []allocator.AuditEvent
-	if err := s.View(func(tx *allocator.Tx) error {
-		var err error
-		evs, err = tx.AuditLog(10000)
-		return err
-	}); err != nil {
 		t.Fatal(err)
 	}
 	return evs
+}
+
+// readAudit is audit returning the error, for polling a store that may be
+// being created.
+func (n *testNet) readAudit() ([]allocator.AuditEvent, error) {
+	s, err := allocator.Open(n.StorePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open store for its audit log: %w", err)
+	}
+	defer s.Close()
+	var evs []allocator.AuditEvent
+	err = s.View(func(tx *allocator.Tx) error {
+		var err error
+		evs, err = tx.AuditLog(10000)
+		return err
+	})
+	return evs, err
+}
+
+// auditReason is the reason code of an audit event ("netns_gone" of
+// "netns_gone: sandbox absent ...").
+func auditReason(ev allocator.AuditEvent) string {
+	r, _, _ := strings.Cut(ev.Reason, ":")
+	return r
+}
+
+// reclaims are the audit log's reclaim events, oldest first: what the
+// daemon did, written in the same transaction that freed the addresses.
+func (n *testNet) reclaims(t *testing.T) []allocator.AuditEvent {
+	t.Helper()
+	var out []allocator.AuditEvent
+	for _, ev := range n.audit(t) {
+		if ev.Action == "reclaim" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// waitReclaims waits until the audit log holds exactly want reclaims (more
+// fails at once) and returns them; timeout is a hang guard.
+func (n *testNet) waitReclaims(t *testing.T, want int, timeout time.Duration, why func() string) []allocator.AuditEvent {
+	t.Helper()
+	var evs []allocator.AuditEvent
+	waitFor(t, timeout, fmt.Sprintf("%d reclaims in the audit log", want), func() (bool, string) {
+		evs = n.reclaims(t)
+		if len(evs) > want {
+			t.Fatalf("the audit log holds %d reclaims, more than the %d leaks: %+v", len(evs), want, evs)
+		}
+		return len(evs) == want, fmt.Sprintf("%d reclaims; %s", len(evs), why())
+	})
+	return evs
+}
+
+// waitEvents waits until the daemon's log holds at least want records with
+// message msg and returns them: the log is written after the store, so a
+// test that narrates the daemon's log lines waits for them here.
+func waitEvents(t *testing.T, d *harness.Daemon, msg string, want int, timeout time.Duration) []map[string]any {
+	t.Helper()
+	var evs []map[string]any
+	waitFor(t, timeout, fmt.Sprintf("%d %q lines in hostlease-gc's log", want, msg), func() (bool, string) {
+		evs = d.Events(msg)
+		return len(evs) >= want, d.LogTail(5)
+	})
+	return evs
+}
+
+// waitMetrics waits until cond holds for a scrape and returns that scrape:
+// the daemon updates its metrics at the end of a sweep, after the store.
+func waitMetrics(t *testing.T, d *harness.Daemon, timeout time.Duration, what string, cond func(harness.MetricSet) bool) harness.MetricSet {
+	t.Helper()
+	var m harness.MetricSet
+	waitFor(t, timeout, what, func() (bool, string) {
+		m = metrics(t, d)
+		return cond(m), m.Raw
+	})
+	return m
+}
+
+// hiddenNetnsDir is a --netns-dir that holds none of the env's pod netns, as
+// on a node where the daemon's pod does not mount the runtime's netns dir:
+// the daemon has no proof of any teardown and must go by misses, grace and
+// min-age.
+func hiddenNetnsDir(t *testing.T, env *harness.Env) string {
+	t.Helper()
+	dir := filepath.Join(env.Dir, "netns-not-mounted")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // hostLocalLeases returns host-local's reservations (ip -> container ID).
@@ -305,8 +393,11 @@ func (n *testNet) runPod(t *testing.T, p harness.Pod) (string, string) {
 }
 
 // failPod makes one RunPodSandbox attempt that must fail with an error
-// containing want.
-func (n *testNet) failPod(t *testing.T, p harness.Pod, want string) {
+// containing want, then does what kubelet does with a failed sandbox the
+// runtime still lists (kubeletCleanup: stop, remove) and returns those
+// sandboxes as they were listed (containerd 1.7 keeps a sandbox whose
+// cleanup DEL failed; see runtimeFacts).
+func (n *testNet) failPod(t *testing.T, p harness.Pod, want string) []*runtimeapi.PodSandbox {
 	t.Helper()
 	id, err := n.env.RunPodSandbox(context.Background(), p)
 	if err == nil {
@@ -315,6 +406,7 @@ func (n *testNet) failPod(t *testing.T, p harness.Pod, want string) {
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("RunPodSandbox %s attempt %d failed for another reason: %v", p.Name, p.Attempt, err)
 	}
+	return kubeletCleanup(t, n.env, p)
 }
 
 // stopRemove stops and removes a sandbox, which must both succeed.

@@ -20,6 +20,7 @@ import (
 // and rebuilds the store from CRI's READY sandboxes; new pods then get
 // addresses that do not collide with the pod still running.
 func TestScenario8TruncatedStore(t *testing.T) {
+	fullSuiteOnly(t)
 	env := setupHostlease(t)
 	n := newNet(t, env, netOpts{Subnet: "10.99.19.0/24", Marker: true})
 	ctx := context.Background()
@@ -80,10 +81,24 @@ func TestScenario8TruncatedStore(t *testing.T) {
 	// hostlease-gc's next sweep sets it aside and rebuilds it from CRI.
 	d := env.StartDaemon(harness.DaemonOptions{DataDir: n.DataDir, Args: []string{
 		"--interval", "1s", "--misses", "2", "--grace", "1s", "--min-age", "2s", "--netns-grace", "1s", "--max-reclaim-fraction", "1"}})
+	// Wait for the end state asserted below: the file set aside and a new
+	// store whose audit log records the rebuild (written with its records).
 	var aside []string
-	waitFor(t, 10*time.Second, "store set aside", func() (bool, string) {
+	waitFor(t, time.Minute, "store set aside and rebuilt", func() (bool, string) {
 		aside, _ = filepath.Glob(n.StorePath() + ".corrupt-*")
-		return len(aside) == 1, d.LogTail(5)
+		if len(aside) != 1 {
+			return false, d.LogTail(5)
+		}
+		evs, err := n.readAudit()
+		if err != nil {
+			return false, "set aside, no readable new store yet: " + err.Error()
+		}
+		for _, ev := range evs {
+			if ev.Action == "rebuild" {
+				return true, ""
+			}
+		}
+		return false, "new store without a rebuild event yet"
 	})
 	if afi, err := os.Stat(aside[0]); err != nil || afi.Size() != cut {
 		t.Errorf("set-aside file %s: %v; want the truncated file (%d bytes) kept", aside[0], err, cut)
@@ -98,9 +113,13 @@ func TestScenario8TruncatedStore(t *testing.T) {
 	for _, ev := range n.audit(t) {
 		rebuilt = rebuilt || ev.Action == "rebuild"
 	}
-	if r := metric(t, d, "hostlease_stores_rebuilt_total", "network", n.Network); r != 1 || !rebuilt {
-		t.Errorf("hostlease_stores_rebuilt_total = %v, audit has rebuild: %v; want 1 and true", r, rebuilt)
+	if !rebuilt {
+		t.Errorf("the rebuilt store's audit log has no rebuild event")
 	}
+	waitMetrics(t, d, time.Minute, "hostlease_stores_rebuilt_total 1", func(m harness.MetricSet) bool {
+		r, _ := m.Sum("hostlease_stores_rebuilt_total", "network", n.Network)
+		return r == 1
+	})
 	if cond, _, err := env.Status(ctx); err != nil || !cond.Status {
 		t.Errorf("after the rebuild NetworkReady=%v %q (%v); want true", cond.GetStatus(), cond.GetMessage(), err)
 	}

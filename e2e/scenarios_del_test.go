@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // TestScenario5DelAfterIncompleteAdd: a DEL for a sandbox whose ADD never
@@ -17,6 +19,7 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 	// The last plugin fails ADD, DEL works: containerd's cleanup DEL reaches
 	// hostlease for an allocation that is still pending and releases it.
 	t.Run("failed-add", func(t *testing.T) {
+		fullSuiteOnly(t)
 		env := setupHostlease(t)
 		n := newNet(t, env, netOpts{Subnet: "10.99.15.0/24", FailPlugin: true, Marker: true})
 		n.touch(t, n.FailAdd, "injected by "+t.Name())
@@ -66,15 +69,19 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 	})
 
 	// containerd is killed while the chain's ADD is in flight: the address
-	// is reserved (pending), CRI later lists the sandbox NOTREADY, and
-	// stop+remove succeed without any CNI DEL (containerd 2.1.4 tears the
-	// network down only when it has a CNI result): the address leaks.
-	// The name is free again, hostlease-gc reclaims the leak, and a late DEL
-	// for that sandbox still succeeds, twice.
+	// is reserved (pending) and CRI later lists the sandbox NOTREADY;
+	// stop+remove succeed. What they do with the address depends on the
+	// version (runtimeFacts.StopTearsDownWithoutResult): with containerd PR
+	// #12923 stop runs CNI DEL although the sandbox has no CNI result and
+	// hostlease releases the pending record, so there is nothing to reclaim
+	// and hostlease-gc must reclaim nothing; without it (2.1.4) stop calls no
+	// DEL, the address leaks and hostlease-gc reclaims it. Either way the
+	// name is free again and a late DEL for that sandbox succeeds, twice.
 	t.Run("containerd-killed-mid-add", func(t *testing.T) {
 		env := setupHostlease(t)
+		f := facts(env)
 		n := newNet(t, env, netOpts{Subnet: "10.99.16.0/24", FailPlugin: true, Marker: true})
-		n.touch(t, n.DelayAdd, "3s")
+		n.touch(t, n.HoldAdd, "held by "+t.Name())
 		pod := harness.Pod{Name: "crash-0", Namespace: "scenario5", UID: podUID("crash-0")}
 		errc := make(chan error, 1)
 		go func() {
@@ -82,7 +89,7 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 			errc <- err
 		}()
 		var leaked *allocator.Record
-		waitFor(t, 20*time.Second, "IPAM reserved an address for the in-flight ADD", func() (bool, string) {
+		waitFor(t, time.Minute, "IPAM reserved an address for the in-flight ADD", func() (bool, string) {
 			recs := n.records(t)
 			if len(recs) == 1 {
 				leaked = recs[0]
@@ -93,20 +100,38 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 		if err := <-errc; err == nil {
 			t.Fatal("RunPodSandbox succeeded although containerd was killed during it")
 		}
-		n.remove(t, n.DelayAdd)
+		n.remove(t, n.HoldAdd)
 		env.Start()
 		env.WaitNetworkReady(n.Network, 30*time.Second)
 		list, err := env.ListPodSandbox(context.Background())
 		if err != nil || len(list) != 1 || list[0].Id != leaked.ContainerID {
 			t.Fatalf("after the restart CRI lists %v (%v); want the crashed sandbox %.12s", list, err, leaked.ContainerID)
 		}
-		t.Logf("containerd killed mid-ADD: %s held (%s) by sandbox %.12s, which CRI lists %v", leaked.IP, leaked.State, leaked.ContainerID, list[0].State)
+		t.Logf("containerd %s killed mid-ADD: %s held (%s) by sandbox %.12s, which CRI lists %v", env.Version, leaked.IP, leaked.State, leaked.ContainerID, list[0].State)
 
+		delsBefore := n.failCalls(t)["DEL"]
 		n.stopRemove(t, leaked.ContainerID)
-		if recs := n.records(t); len(recs) != 1 || recs[0].IP != leaked.IP {
-			t.Fatalf("after stop+remove the store holds %s; containerd 2.1.4 was seen to skip DEL here", describe(recs))
+		dels := n.failCalls(t)["DEL"] - delsBefore
+		leaks := 0
+		if f.StopTearsDownWithoutResult {
+			if recs := n.records(t); len(recs) != 0 || dels < 1 {
+				t.Fatalf("containerd %s (PR #12923): after stop+remove (%d CNI DELs) the store holds %s; want the pending record released by DEL", env.Version, dels, describe(recs))
+			}
+			released := false
+			for _, ev := range n.audit(t) {
+				released = released || (ev.Action == "release" && ev.By == "plugin" && ev.IP == leaked.IP && ev.ContainerID == leaked.ContainerID)
+			}
+			if !released {
+				t.Errorf("audit log has no plugin release of %s by sandbox %.12s", leaked.IP, leaked.ContainerID)
+			}
+			t.Logf("stop+remove ran %d CNI DEL: hostlease released the pending %s; nothing leaked", dels, leaked.IP)
+		} else {
+			if recs := n.records(t); len(recs) != 1 || recs[0].IP != leaked.IP || dels != 0 {
+				t.Fatalf("containerd %s (no PR #12923): after stop+remove (%d CNI DELs) the store holds %s; want no DEL and %s leaked", env.Version, dels, describe(recs), leaked.IP)
+			}
+			leaks = 1
+			t.Logf("stop+remove succeeded without a CNI DEL: %s leaked", leaked.IP)
 		}
-		t.Logf("stop+remove succeeded without a CNI DEL (failplugin calls %v): %s leaked", n.failCalls(t), leaked.IP)
 
 		id, ip := n.runPod(t, pod)
 		if ip == leaked.IP.String() {
@@ -116,13 +141,28 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 
 		d := env.StartDaemon(harness.DaemonOptions{DataDir: n.DataDir, Args: []string{
 			"--interval", "1s", "--misses", "2", "--grace", "1s", "--min-age", "2s", "--netns-grace", "1s", "--max-reclaim-fraction", "1"}})
-		took := waitFor(t, 15*time.Second, "the crash leak reclaimed", func() (bool, string) {
-			recs := n.records(t)
-			return len(recs) == 1 && recs[0].ContainerID == id, describe(recs)
-		})
-		t.Logf("hostlease-gc reclaimed %s %v after it started; the new pod's record stays", leaked.IP, took.Round(time.Millisecond))
-		if ev := d.Events("reclaimed address"); len(ev) != 1 || ev[0]["ip"] != leaked.IP.String() {
-			t.Errorf("reclaims logged: %v; want exactly %s", ev, leaked.IP)
+		if leaks == 1 {
+			evs := n.waitReclaims(t, 1, 2*time.Minute, func() string { return describe(n.records(t)) + "\n" + d.LogTail(10) })
+			if evs[0].IP != leaked.IP || evs[0].ContainerID != leaked.ContainerID {
+				t.Errorf("audit: reclaimed %s of sandbox %.12s; want exactly the crash leak %s", evs[0].IP, evs[0].ContainerID, leaked.IP)
+			}
+			t.Logf("hostlease-gc reclaimed %s (%s) %v after it started; the new pod's record stays",
+				leaked.IP, auditReason(evs[0]), evs[0].Time.Sub(d.Started()).Round(time.Millisecond))
+		} else {
+			// Nothing leaked: after more sweeps than any reclaim needs with
+			// these flags (misses 2, grace 1s, min-age 2s), none happened.
+			sw0 := sweeps(t, d)
+			waitFor(t, time.Minute, "5 more sweeps", func() (bool, string) {
+				sw := sweeps(t, d)
+				return sw >= sw0+5, fmt.Sprintf("%.0f sweeps", sw)
+			})
+			if evs := n.reclaims(t); len(evs) != 0 {
+				t.Errorf("hostlease-gc reclaimed %+v although nothing leaked", evs)
+			}
+			t.Logf("hostlease-gc swept 5 more times and reclaimed nothing (nothing leaked)")
+		}
+		if recs := n.records(t); len(recs) != 1 || recs[0].ContainerID != id {
+			t.Fatalf("the store holds %s; want only the new pod's record", describe(recs))
 		}
 
 		for i := 1; i <= 2; i++ {
@@ -135,5 +175,56 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 		}
 		t.Logf("late DEL of the crashed sandbox twice: both exit 0, the new pod's record untouched")
 		n.stopRemove(t, id)
+	})
+
+	// A READY pod whose chain's DEL fails when it is stopped: the sandbox has
+	// a CNI result, so every containerd version returns the error from
+	// StopPodSandbox (and RemovePodSandbox) and keeps the sandbox listed,
+	// NOTREADY, with its address: nothing leaks. hostlease-gc must leave the
+	// address alone (verdict stale: the runtime's to release) for as long as
+	// the sandbox is listed, and the next stop after the DEL works releases it.
+	t.Run("teardown-fails-at-stop", func(t *testing.T) {
+		env := setupHostlease(t)
+		n := newNet(t, env, netOpts{Subnet: "10.99.20.0/24", FailPlugin: true, Marker: true})
+		pod := harness.Pod{Name: "stuck-0", Namespace: "scenario5", UID: podUID("stuck-0")}
+		id, ip := n.runPod(t, pod)
+		n.touch(t, n.FailDel, "injected by "+t.Name())
+		ctx := context.Background()
+		stopErr := env.StopPodSandbox(ctx, id)
+		removeErr := env.RemovePodSandbox(ctx, id)
+		list, err := env.ListPodSandbox(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("containerd %s, DEL failing: StopPodSandbox -> %v; RemovePodSandbox -> %v; CRI lists %s", env.Version, stopErr, removeErr, describeSandboxes(list))
+		if stopErr == nil || removeErr == nil || len(list) != 1 || list[0].Id != id || list[0].State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			t.Fatalf("want stop and remove to fail and the sandbox listed, not READY")
+		}
+		d := env.StartDaemon(harness.DaemonOptions{DataDir: n.DataDir, Args: []string{
+			"--interval", "1s", "--misses", "1", "--grace", "0s", "--min-age", "0s", "--netns-grace", "0s", "--max-reclaim-fraction", "1"}})
+		// More sweeps than a reclaim would need with these flags; the record
+		// is judged stale each time and kept.
+		sw0 := sweeps(t, d)
+		waitFor(t, time.Minute, "3 sweeps judged the record stale", func() (bool, string) {
+			recs := n.records(t)
+			stale := len(recs) == 1 && recs[0].Obs.Verdict == "stale"
+			return stale && sweeps(t, d) >= sw0+3, describe(recs)
+		})
+		if evs := n.reclaims(t); len(evs) != 0 {
+			t.Fatalf("hostlease-gc reclaimed %+v from a sandbox the runtime still lists", evs)
+		}
+		if r := byIP(n.records(t))[ip]; r == nil || r.ContainerID != id {
+			t.Fatalf("the record of %s changed: %s", ip, describe(n.records(t)))
+		}
+		t.Logf("hostlease-gc kept %s (verdict stale) over %.0f sweeps while the sandbox was listed NOTREADY", ip, sweeps(t, d)-sw0)
+		n.remove(t, n.FailDel)
+		n.stopRemove(t, id)
+		if recs := n.records(t); len(recs) != 0 {
+			t.Fatalf("after the stop with a working DEL the store holds %s", describe(recs))
+		}
+		if evs := n.reclaims(t); len(evs) != 0 {
+			t.Errorf("audit log has reclaims %+v; the plugin's DEL released the address", evs)
+		}
+		t.Logf("DEL works again: stop+remove released %s (plugin release), no reclaim", ip)
 	})
 }

@@ -13,6 +13,7 @@ import (
 // and carries the pod's namespace, name and UID from the CRI metadata;
 // stop+remove releases it and the audit log says so.
 func TestScenario1HealthyPod(t *testing.T) {
+	fullSuiteOnly(t)
 	env := setupHostlease(t)
 	n := newNet(t, env, netOpts{Subnet: "10.99.10.0/24", Marker: true})
 	t.Logf("conflist %s: [bridge(ipam: hostlease, dataDir %s), hostlease (commit marker)]", n.File, n.DataDir)

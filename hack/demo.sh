@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# make demo: containerd #12130 on a real, private containerd 2.1.4 — first with
+# make demo: containerd #12130 on a real, private containerd — first with
 # host-local, then with hostlease + hostlease-gc — with a before/after table and
-# the daemon's metrics. Needs root and Go; everything else (runc from apt,
+# the daemon's metrics. CONTAINERD_VERSION picks the containerd (any release
+# hack/e2e-setup.sh can build, e.g. v1.7.35 or v2.4.2; default: the first of
+# e2e/harness/containerd-versions.txt). Needs root and Go; everything else (runc from apt,
 # containerd and the CNI plugins built from the Go module cache, the pause
 # image) is set up and cached by hack/e2e-setup.sh. Cleans up after itself.
 #
@@ -27,10 +29,15 @@ if [ ! -x bin/hostlease ] || [ ! -x bin/hostlease-gc ]; then
 	make build || exit 1
 fi
 
+version=${CONTAINERD_VERSION:-$(bash hack/e2e-setup.sh --print-versions | head -n1)}
+if ! [[ "$version" =~ ^v[12]\.[0-9]+\.[0-9]+$ ]]; then
+	echo "demo: CONTAINERD_VERSION=$version is not a containerd release like v2.1.4 or v1.7.35" >&2
+	exit 2
+fi
 log=$(mktemp /tmp/hostlease-demo.XXXXXX.log)
-echo "demo: setting up the environment (cached under ${HOSTLEASE_CACHE:-/var/cache/hostlease-e2e}; the first run builds containerd, ~2 min on 2 cores) and compiling the demo"
+echo "demo: containerd $version; setting up the environment (cached under ${HOSTLEASE_CACHE:-/var/cache/hostlease-e2e}; the first run of a version builds it, 2-5 min on 2 cores) and compiling the demo"
 
-HOSTLEASE_DEMO=1 go test -count=1 -timeout 15m -run '^TestDemo$' -v ./e2e/ 2>&1 |
+CONTAINERD_VERSION=$version HOSTLEASE_DEMO=1 go test -count=1 -timeout 15m -run '^TestDemo$' -v ./e2e/ 2>&1 |
 	tee "$log" |
 	grep --line-buffered -v -E '^=== (RUN|PAUSE|CONT|NAME)|^ *--- PASS|^PASS$|^ok[[:space:]]|^ {4}[A-Za-z0-9_]+\.go:[0-9]+: |^ {8}'
 rc=${PIPESTATUS[0]}

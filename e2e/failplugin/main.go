@@ -9,6 +9,8 @@
 //	"failDelFile":  while this file exists, DEL fails (CNI error 999)
 //	"delayAddFile": if this file exists when ADD starts, ADD first sleeps for
 //	                the Go duration written in it (e.g. "20s")
+//	"holdAddFile":  while this file exists, ADD waits (checking every 20ms)
+//	                before anything else, for at most holdLimit (then it fails)
 //	"logFile":      every invocation appends one JSON line
 //	                {"time","verb","containerID","ifname","netns","error"}
 //
@@ -17,7 +19,7 @@
 //     cniVersion); with no prevResult it returns an empty result;
 //   - a failing ADD/DEL returns a CNI error whose message names the verb and
 //     the file that caused it, and the file's content when it is not empty;
-//   - the delay is applied before the failAddFile check, so a test can hold an
+//   - the hold and then the delay are applied before the failAddFile check, so a test can hold an
 //     ADD in flight and decide its outcome while it waits; an unparsable delay
 //     file makes ADD fail with a message naming the file;
 //   - DEL, CHECK, GC and STATUS succeed unless a file above says otherwise;
@@ -39,12 +41,17 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 )
 
+// holdLimit bounds how long ADD waits for holdAddFile to go away: a hang
+// guard for a test that forgets it (containerd's own timeouts are longer).
+const holdLimit = 3 * time.Minute
+
 // config is the failplugin's network configuration.
 type config struct {
 	types.PluginConf
 	FailAddFile  string `json:"failAddFile,omitempty"`
 	FailDelFile  string `json:"failDelFile,omitempty"`
 	DelayAddFile string `json:"delayAddFile,omitempty"`
+	HoldAddFile  string `json:"holdAddFile,omitempty"`
 	LogFile      string `json:"logFile,omitempty"`
 }
 
@@ -115,6 +122,16 @@ func cmdAdd(args *skel.CmdArgs) (err error) {
 	}
 	defer func() { logCall(conf, "ADD", args, err) }()
 
+	if conf.HoldAddFile != "" {
+		deadline := time.Now().Add(holdLimit)
+		for on, _ := triggered(conf.HoldAddFile); on; on, _ = triggered(conf.HoldAddFile) {
+			if time.Now().After(deadline) {
+				return types.NewError(types.ErrTryAgainLater,
+					fmt.Sprintf("failplugin: holdAddFile %q still exists after %v", conf.HoldAddFile, holdLimit), "")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	if on, content := triggered(conf.DelayAddFile); on {
 		d, perr := time.ParseDuration(content)
 		if perr != nil || d < 0 {

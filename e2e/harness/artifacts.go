@@ -19,13 +19,14 @@ const PauseImage = "localhost/hostlease/pause:e2e"
 
 // Artifacts are the cached, prebuilt pieces hack/e2e-setup.sh produces.
 type Artifacts struct {
-	Cache      string // the cache dir (HOSTLEASE_CACHE or /var/cache/hostlease-e2e)
-	Containerd string // containerd binary
-	Shim       string // containerd-shim-runc-v2 binary
-	Ctr        string // ctr binary
-	CNIBinDir  string // dir with bridge, loopback, host-local
-	PauseTar   string // OCI archive of PauseImage
-	Runc       string // runc (from apt)
+	Cache      string  // the cache dir (HOSTLEASE_CACHE or /var/cache/hostlease-e2e)
+	Version    Version // the containerd version of Containerd, Shim and Ctr
+	Containerd string  // containerd binary
+	Shim       string  // containerd-shim-runc-v2 binary
+	Ctr        string  // ctr binary
+	CNIBinDir  string  // dir with bridge, loopback, host-local
+	PauseTar   string  // OCI archive of PauseImage
+	Runc       string  // runc (from apt)
 }
 
 // CacheDir returns ${HOSTLEASE_CACHE:-/var/cache/hostlease-e2e}.
@@ -36,12 +37,19 @@ func CacheDir() string {
 	return "/var/cache/hostlease-e2e"
 }
 
-func artifactsIn(cache string) Artifacts {
+// ContainerdBinDir is where hack/e2e-setup.sh caches containerd v.
+func ContainerdBinDir(cache string, v Version) string {
+	return filepath.Join(cache, "containerd", v.String(), "bin")
+}
+
+func artifactsIn(cache string, v Version) Artifacts {
+	bin := ContainerdBinDir(cache, v)
 	a := Artifacts{
 		Cache:      cache,
-		Containerd: filepath.Join(cache, "bin", "containerd"),
-		Shim:       filepath.Join(cache, "bin", "containerd-shim-runc-v2"),
-		Ctr:        filepath.Join(cache, "bin", "ctr"),
+		Version:    v,
+		Containerd: filepath.Join(bin, "containerd"),
+		Shim:       filepath.Join(bin, "containerd-shim-runc-v2"),
+		Ctr:        filepath.Join(bin, "ctr"),
 		CNIBinDir:  filepath.Join(cache, "cni-bin"),
 		PauseTar:   filepath.Join(cache, "pause.tar"),
 	}
@@ -71,14 +79,20 @@ var (
 	artifactsErr  error
 )
 
-// EnsureArtifacts runs hack/e2e-setup.sh once per process (it only checks
-// its cache when everything is built, and rebuilds what is missing or stale)
-// and returns the artifacts. The script's output goes to stderr, so a first,
-// slow run is visible in `go test -v`. Set HOSTLEASE_E2E_SKIP_SETUP=1 to use
-// the cache as it is, without running the script.
+// EnsureArtifacts runs hack/e2e-setup.sh once per process for the selected
+// containerd version (SelectedVersion; the script only checks its cache when
+// everything is built, and rebuilds what is missing or stale) and returns the
+// artifacts. The script's output goes to stderr, so a first, slow run is
+// visible in `go test -v`. Set HOSTLEASE_E2E_SKIP_SETUP=1 to use the cache as
+// it is, without running the script.
 func EnsureArtifacts() (Artifacts, error) {
 	artifactsOnce.Do(func() {
-		a := artifactsIn(CacheDir())
+		v, err := SelectedVersion()
+		if err != nil {
+			artifactsErr = err
+			return
+		}
+		a := artifactsIn(CacheDir(), v)
 		if os.Getenv("HOSTLEASE_E2E_SKIP_SETUP") == "" {
 			root, err := RepoRoot()
 			if err != nil {
@@ -87,12 +101,12 @@ func EnsureArtifacts() (Artifacts, error) {
 			}
 			cmd := exec.Command("bash", filepath.Join(root, "hack", "e2e-setup.sh"))
 			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			cmd.Env = append(os.Environ(), "HOSTLEASE_CACHE="+a.Cache)
+			cmd.Env = append(os.Environ(), "HOSTLEASE_CACHE="+a.Cache, "CONTAINERD_VERSIONS="+v.String())
 			if err := cmd.Run(); err != nil {
 				artifactsErr = fmt.Errorf("hack/e2e-setup.sh: %w", err)
 				return
 			}
-			a = artifactsIn(a.Cache)
+			a = artifactsIn(a.Cache, v)
 		}
 		if m := a.missing(); len(m) > 0 {
 			artifactsErr = fmt.Errorf("e2e artifacts missing (run hack/e2e-setup.sh as root): %s", strings.Join(m, ", "))
