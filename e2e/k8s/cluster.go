@@ -776,3 +776,39 @@ func copyExec(src, dst string) error {
 	}
 	return os.Rename(tmp, dst)
 }
+
+// Reboot does to the node what a power cycle does: kubelet and containerd
+// stop, every container and shim dies, the mount namespace (and with it every
+// netns and rootfs mount) goes, the runtime's state dir (tmpfs on a real
+// node) and the pod cgroups are wiped; then the namespace, containerd and
+// kubelet start again. Images (containerd's root), kubelet's root dir, the
+// CNI config and the plugin's stores survive, as on disk.
+func (c *Cluster) Reboot() error {
+	c.StopKubelet()
+	c.StopContainerd()
+	harness.KillContainers(StateDir, Socket, RuncRoot, c.logf)
+	if c.holder != nil {
+		_ = c.holder.cmd.Process.Kill()
+		<-c.holder.done
+		c.holder = nil
+	}
+	for _, p := range []string{StateDir, filepath.Join(Root, "ns.ready")} {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	harness.RemoveCgroup(CgroupRoot)
+	if err := os.MkdirAll(StateDir, 0o755); err != nil {
+		return err
+	}
+	if err := c.startNamespace(); err != nil {
+		return err
+	}
+	if err := c.makeCgroupRoot(); err != nil {
+		return err
+	}
+	if err := c.StartContainerd(); err != nil {
+		return err
+	}
+	return c.StartKubelet()
+}

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +114,26 @@ func TestPods(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// The daemon on a quiet node (pods running, nothing leaking) asks the API
+// server at most twice a minute after start-up.
+func TestAPIRequestsQuietMinute(t *testing.T) {
+	c := cluster(t)
+	ensureInstalled(t, c)
+	from := time.Now()
+	time.Sleep(61 * time.Second) // the window measured, not a synchronisation
+	n := 0
+	for _, e := range gcRequests(t) {
+		if !e.RequestReceivedTimestamp.Before(from) && e.RequestReceivedTimestamp.Before(from.Add(time.Minute)) {
+			n++
+			t.Logf("request in the quiet minute: %s %s", e.Verb, e.RequestURI)
+		}
+	}
+	t.Logf("hostlease-gc made %d API requests in a quiet minute (%d since it started)", n, len(gcRequests(t)))
+	if n > 2 {
+		t.Errorf("%d API requests in a quiet minute, want at most 2", n)
+	}
 }
 
 // Scenario 3 (containerd #12130 through kubelet): a chain whose middle
@@ -324,4 +346,302 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Scenario 8 (API veto for real): a record whose sandbox CRI no longer lists
+// and whose netns is gone (it would be reclaimed at once) is kept while a
+// live pod on the node lists its address in the real API server; the veto
+// lifts when the pod goes.
+//
+// Construction: a running pod; kubelet stopped (the API keeps showing the pod
+// Running with its IP); its sandbox removed through CRI while the conflist
+// names another dataDir, so the teardown DEL does not release the record (as
+// after a conflist swap); the conflist restored.
+func TestAPIVeto(t *testing.T) {
+	c := cluster(t)
+	ensureInstalled(t, c)
+	waitNodeReady(t, c)
+	const ns = "e2e-veto"
+	t.Cleanup(func() {
+		if !c.Running("kubelet") {
+			if err := c.StartKubelet(); err != nil {
+				t.Error(err)
+			}
+		}
+		_ = c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil))
+		deleteNamespace(t, c, ns)
+	})
+	apply(t, c, deployment(ns, "vetoed", 1))
+	pod := waitPodsRunning(t, c, ns, 1)[0]
+	var rec allocator.Record
+	waitUntil(t, time.Minute, "the pod's record committed", func() (bool, string) {
+		for _, r := range records(t) {
+			if r.PodUID == pod.UID && r.State == allocator.StateCommitted {
+				rec = r
+				return true, ""
+			}
+		}
+		return false, ""
+	})
+
+	c.StopKubelet()
+	other := filepath.Join(Root, "cni-data-other")
+	if err := c.WriteConflist("10-hlk8s.conflist", podConflistDataDir(PodSubnet, other)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.stopRemoveSandbox(rec.ContainerID); err != nil {
+		t.Fatalf("remove sandbox %s: %v", rec.ContainerID, err)
+	}
+	if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(rec.Netns); err == nil {
+		t.Fatalf("netns %s still there after the sandbox was removed", rec.Netns)
+	}
+	// The daemon needs --misses sweeps and --netns-grace before it would
+	// reclaim; then the veto is what keeps the record.
+	waitUntil(t, 4*time.Minute, "the daemon vetoing the reclaim", func() (bool, string) {
+		for _, r := range records(t) {
+			if r.IP == rec.IP {
+				return r.Obs.Verdict == "vetoed", "verdict " + r.Obs.Verdict + " misses " + itoa(r.Obs.Misses)
+			}
+		}
+		t.Fatalf("record %s was reclaimed while pod %s/%s lists it", rec.IP, ns, pod.Name)
+		return false, ""
+	})
+	if out, err := c.Kubectl("get", "--raw", "/api/v1/namespaces/"+SysNamespace+"/pods/"+gcPod(t, c)+":19734/proxy/metrics"); err != nil {
+		t.Error(err)
+	} else if !strings.Contains(out, `hostlease_vetoes_total{network="`+PodNetwork+`",reason="pod_lists_ip"}`) {
+		t.Errorf("no hostlease_vetoes_total{reason=pod_lists_ip} in /metrics:\n%s", grepLines(out, "vetoes"))
+	}
+
+	// The pod goes (force: its kubelet is down): the veto lifts.
+	kubectl(t, c, "-n", ns, "delete", "pod", pod.Name, "--grace-period=0", "--force")
+	waitUntil(t, 2*time.Minute, "the address reclaimed once the pod is gone", func() (bool, string) {
+		for _, r := range records(t) {
+			if r.IP == rec.IP && r.ContainerID == rec.ContainerID {
+				return false, "verdict " + r.Obs.Verdict
+			}
+		}
+		return true, ""
+	})
+	found := false
+	for _, e := range reclaimEvents(t, c) {
+		found = found || strings.Contains(e.Message, rec.IP.String())
+	}
+	if !found {
+		t.Errorf("no AddressReclaimed Event mentions %s", rec.IP)
+	}
+	if err := c.StartKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeReady(t, c)
+}
+
+// Scenario 6 (node reboot): kubelet and containerd stop, every sandbox and
+// netns disappears, both start again. The addresses of the sandboxes that
+// died are reclaimed (their netns is gone); the pods' new sandboxes keep
+// theirs; no address is held twice.
+func TestNodeReboot(t *testing.T) {
+	c := cluster(t)
+	ensureInstalled(t, c)
+	waitNodeReady(t, c)
+	const ns = "e2e-reboot"
+	t.Cleanup(func() { deleteNamespace(t, c, ns) })
+	apply(t, c, deployment(ns, "survivor", 2))
+	before := map[string]bool{}
+	for _, p := range waitPodsRunning(t, c, ns, 2) {
+		before[p.UID] = true
+	}
+	old := map[string]bool{} // sandbox IDs before the reboot
+	waitUntil(t, time.Minute, "records of the 2 pods committed", func() (bool, string) {
+		clear(old)
+		for _, r := range records(t) {
+			if r.PodNamespace == ns && r.State == allocator.StateCommitted {
+				old[r.ContainerID] = true
+			}
+		}
+		return len(old) == 2, itoa(len(old))
+	})
+
+	if err := c.Reboot(); err != nil {
+		t.Fatalf("reboot: %v", err)
+	}
+	waitNodeReady(t, c)
+	ensureInstalled(t, c)
+	pods := waitPodsRunning(t, c, ns, 2)
+	for _, p := range pods {
+		if !before[p.UID] {
+			t.Errorf("pod %s is new (uid %s): the reboot should restart the same pods", p.Name, p.UID)
+		}
+	}
+	waitUntil(t, 4*time.Minute, "the dead sandboxes' addresses reclaimed, the live ones kept", func() (bool, string) {
+		rs := records(t)
+		byIP := map[string]allocator.Record{}
+		for _, r := range rs {
+			if old[r.ContainerID] {
+				return false, "record of dead sandbox " + r.ContainerID[:12] + " " + r.IP.String() + " verdict " + r.Obs.Verdict
+			}
+			byIP[r.IP.String()] = r
+		}
+		for _, p := range pods {
+			r, ok := byIP[p.IP]
+			if !ok || r.PodUID != p.UID || r.State != allocator.StateCommitted {
+				return false, "pod " + p.Name + " " + p.IP + " not held committed by its own record"
+			}
+		}
+		return true, ""
+	})
+	if pods[0].IP == pods[1].IP {
+		t.Errorf("both pods got %s after the reboot", pods[0].IP)
+	}
+}
+
+// Scenario 7 (live migration): a node running host-local with pods switches
+// its conflist to hostlease (same network, same dataDir). The running pods
+// keep their addresses, new pods never get one of them, the old pods'
+// teardown releases the imported records, and `hostlease-gc export` writes
+// host-local's files back so host-local can take over again.
+func TestLiveMigrationFromHostLocal(t *testing.T) {
+	c := cluster(t)
+	ensureInstalled(t, c)
+	waitNodeReady(t, c)
+	const ns, netName, subnet = "e2e-migrate", "hlk8s-mig", "10.251.1.0/24"
+	hostLocal := func() []byte {
+		return mustJSON(map[string]any{"cniVersion": "1.1.0", "name": netName, "plugins": []map[string]any{{
+			"type": "bridge", "bridge": "hlk8s-br1", "isGateway": true,
+			"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": subnet}}}, "dataDir": CNIDataDir},
+		}}})
+	}
+	hostlease := func() []byte {
+		return mustJSON(map[string]any{"cniVersion": "1.1.0", "name": netName, "plugins": []map[string]any{{
+			"type": "bridge", "bridge": "hlk8s-br1", "isGateway": true,
+			"ipam": map[string]any{"type": "hostlease", "ranges": [][]map[string]string{{{"subnet": subnet}}}, "dataDir": CNIDataDir},
+		}, {"type": "hostlease", "dataDir": CNIDataDir}}})
+	}
+	t.Cleanup(func() {
+		deleteNamespace(t, c, ns)
+		if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil)); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := c.WriteConflist("10-hlk8s.conflist", hostLocal()); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, c, deployment(ns, "legacy", 2))
+	legacy := waitPodsRunning(t, c, ns, 2)
+	legacyIP := map[string]string{}
+	for _, p := range legacy {
+		legacyIP[p.IP] = p.Name
+		if _, err := os.Stat(filepath.Join(CNIDataDir, netName, p.IP)); err != nil {
+			t.Fatalf("pod %s runs on host-local but has no host-local file: %v", p.Name, err)
+		}
+	}
+
+	// Switch to hostlease; two more pods.
+	if err := c.WriteConflist("10-hlk8s.conflist", hostlease()); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, c, "-n", ns, "scale", "deployment", "legacy", "--replicas=4")
+	all := waitPodsRunning(t, c, ns, 4)
+	for _, p := range all {
+		if name, ok := legacyIP[p.IP]; ok && name != p.Name {
+			t.Errorf("new pod %s got %s, still in use by %s", p.Name, p.IP, name)
+		}
+	}
+	imported := 0
+	for _, r := range records(t) {
+		if r.Network == netName && legacyIP[r.IP.String()] != "" {
+			imported++
+			if r.State != allocator.StateCommitted {
+				t.Errorf("imported record %s is %s, want committed", r.IP, r.State)
+			}
+		}
+	}
+	if imported != 2 {
+		t.Errorf("%d of the 2 host-local addresses imported into the store", imported)
+	}
+
+	// The old pods go: their teardown (through hostlease now) releases the
+	// imported records.
+	for _, p := range legacy {
+		kubectl(t, c, "-n", ns, "delete", "pod", p.Name, "--wait=true")
+	}
+	waitUntil(t, 2*time.Minute, "imported records released", func() (bool, string) {
+		for _, r := range records(t) {
+			if r.Network == netName && legacyIP[r.IP.String()] != "" && r.Source == "host-local" {
+				return false, "still held: " + r.IP.String()
+			}
+		}
+		return true, ""
+	})
+	running := waitPodsRunning(t, c, ns, 4)
+
+	// Roll back: export, then host-local again; a new pod does not get an
+	// address a running pod holds.
+	gcBin := mustProjectBin(t, "hostlease-gc")
+	if out, err := exec.Command(gcBin, "export", "--network", netName, "--data-dir", CNIDataDir, "--host-local-dir", CNIDataDir).CombinedOutput(); err != nil {
+		t.Fatalf("hostlease-gc export: %v\n%s", err, out)
+	}
+	inUse := map[string]string{}
+	for _, p := range running {
+		inUse[p.IP] = p.Name
+		if _, err := os.Stat(filepath.Join(CNIDataDir, netName, p.IP)); err != nil {
+			t.Errorf("export wrote no host-local file for %s (pod %s): %v", p.IP, p.Name, err)
+		}
+	}
+	if err := c.WriteConflist("10-hlk8s.conflist", hostLocal()); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, c, "-n", ns, "scale", "deployment", "legacy", "--replicas=5")
+	for _, p := range waitPodsRunning(t, c, ns, 5) {
+		if name, ok := inUse[p.IP]; ok && name != p.Name {
+			t.Errorf("after the rollback, pod %s got %s, in use by %s", p.Name, p.IP, name)
+		}
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// podConflistDataDir is podConflist with another dataDir.
+func podConflistDataDir(subnet, dataDir string) []byte {
+	ipam := map[string]any{"type": "hostlease", "ranges": [][]map[string]string{{{"subnet": subnet}}}, "dataDir": dataDir}
+	plugins := []map[string]any{{"type": "bridge", "bridge": PodBridge, "isGateway": true, "ipam": ipam},
+		{"type": "hostlease", "dataDir": dataDir}}
+	b, _ := json.MarshalIndent(map[string]any{"cniVersion": "1.1.0", "name": PodNetwork, "plugins": plugins}, "", "  ")
+	return b
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// Every request the daemon made during the suite is one RBAC grants for the
+// reason the code needs it, and none was refused.
+func TestAPIRequestsMatchRBAC(t *testing.T) {
+	cluster(t)
+	reqs := gcRequests(t)
+	if len(reqs) == 0 {
+		t.Fatal("no requests of the daemon in the audit log")
+	}
+	for _, e := range reqs {
+		res := ""
+		if e.ObjectRef != nil {
+			res = e.ObjectRef.Resource
+		}
+		ok := false
+		for _, v := range gcAPIGrants[res] {
+			ok = ok || v == e.Verb
+		}
+		if !ok {
+			t.Errorf("request %s %s (%s) is outside %v", e.Verb, e.RequestURI, res, gcAPIGrants)
+		}
+		if e.ResponseStatus != nil && (e.ResponseStatus.Code == 401 || e.ResponseStatus.Code == 403) {
+			t.Errorf("request %s %s refused with %d", e.Verb, e.RequestURI, e.ResponseStatus.Code)
+		}
+	}
 }
