@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"time"
 
@@ -45,17 +46,25 @@ func cmdAdd(args *skel.CmdArgs) error {
 		Now:       time.Now(),
 	}
 	req.Requested = c.IPAM.Requested
-	var recs []*allocator.Record
+	var recs, vanished []*allocator.Record
 	var aerr *types.Error
+	var notes txNotes
+	imported := 0
 	err = s.Update(func(tx *allocator.Tx) error {
-		n, err := tx.MigrateOnce(allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, req.Now)
+		hlDir := allocator.HostLocalDir(c.HostLocalDir, c.Network)
+		n, err := tx.MigrateOnce(hlDir, c.Network, c.RangeSets, req.Now)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
-			logWith().Info("imported host-local reservations", "network", c.Network, "count", n)
+		imported = n
+		// While imported host-local records remain, those whose file
+		// host-local's own DEL removed are released (one cursor step once
+		// none remain).
+		if vanished, err = allocator.ReleaseVanishedHostLocal(tx, hlDir, req.Now); err != nil {
+			return err
 		}
 		recs, aerr = allocator.Allocate(tx, req)
+		notes = notesOf(tx)
 		if aerr != nil && aerr.Code == types.ErrIOFailure {
 			return aerr // roll back: the transaction may be half-applied
 		}
@@ -66,7 +75,22 @@ func cmdAdd(args *skel.CmdArgs) error {
 	// The reservation is durable: release the store lock, which concurrent
 	// calls wait for, before building and printing the result.
 	s.UnlockForExit()
+	log := func() *slog.Logger {
+		return logWith("verb", "ADD", "network", c.Network, "containerID", args.ContainerID)
+	}
+	if err == nil {
+		if imported > 0 {
+			log().Info("imported host-local reservations", "count", imported)
+		}
+		for _, r := range vanished {
+			log().Info("released an imported host-local reservation whose file host-local removed", "ip", r.IP, "heldBy", r.ContainerID)
+		}
+		notes.log(log)
+	}
 	if err != nil {
+		if allocator.IsDamage(err) {
+			kick(c)
+		}
 		return storeError(c, err)
 	}
 	if aerr != nil {

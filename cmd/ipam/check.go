@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -28,9 +29,20 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrUnknownContainer,
 			fmt.Sprintf("no allocation for container %s ifname %s: network %s has no store", args.ContainerID, args.IfName, c.Network), "")
 	}
-	recs, err := held(c, args)
+	recs, notes, err := held(c, args)
 	if err != nil {
 		return err
+	}
+	log := func() *slog.Logger {
+		return logWith("verb", "CHECK", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
+	}
+	notes.log(log)
+	if len(recs) == 0 && len(notes.damaged) > 0 {
+		// The owner index lists a record for this attachment that does
+		// not decode: it cannot be verified, and it is not the runtime's
+		// fault. It stays reserved; the damage is reported.
+		log().Warn("this attachment's record is damaged and cannot be checked; it stays reserved (hostlease-gc release IP frees it)")
+		return nil
 	}
 	if len(recs) == 0 {
 		return types.NewError(types.ErrUnknownContainer,
@@ -47,6 +59,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 		}
 	}
 	ours := map[netip.Addr]bool{}
+	for _, d := range notes.damaged {
+		ours[d.IP] = true // listed for this attachment; its record cannot be read
+	}
 	for _, r := range recs {
 		ours[r.IP] = true
 		if !inPrev[r.IP] {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
-
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -15,6 +19,13 @@ import (
 // truncated or garbage store all succeed with a log line (the store is left as
 // evidence), because a DEL that cannot succeed is retried forever and blocks the
 // sandbox name. It fails only when it knows of an allocation it could not free.
+//
+// A DEL that finds nothing to release needs no write: when the store cannot
+// be opened for writing because of the environment (read-only file system,
+// immutable file, permissions, no space), it looks read-only and exits 0 if
+// the attachment holds nothing; only an allocation it can see and cannot
+// release fails it (CNI 5 naming the errno). A damaged record that may be
+// the attachment's is logged and left reserved (an operator releases it).
 func cmdDel(args *skel.CmdArgs) error {
 	c, err := allocator.LoadConfig(args.StdinData, args.Args)
 	if err != nil {
@@ -36,31 +47,106 @@ func cmdDel(args *skel.CmdArgs) error {
 	}
 	s, err := openStore(c, create, false)
 	if err != nil {
-		if errors.Is(err, allocator.ErrStoreUnreadable) {
+		switch {
+		case allocator.IsDamage(err):
 			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
+		case allocator.IsEnvironmentError(err):
+			return delReadOnly(c, args, log, err)
 		}
 		return storeError(c, err)
 	}
 	defer s.UnlockForExit()
 	now := time.Now()
 	var released []*allocator.Record
+	var notes txNotes
 	err = s.Update(func(tx *allocator.Tx) error {
 		if _, err := tx.MigrateOnce(allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, now); err != nil {
 			return err
 		}
 		released, err = allocator.Release(tx, args.ContainerID, args.IfName, "DEL", "plugin", now)
+		notes = notesOf(tx)
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, allocator.ErrStoreUnreadable) {
-			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
+		if allocator.IsDamage(err) {
+			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
 		}
 		return storeError(c, err)
 	}
+	notes.log(log)
 	if len(released) == 0 {
-		log().Info("no allocation for this attachment: nothing to release")
+		logNothingHeld(log, notes.damaged)
 	}
 	return nil
+}
+
+// logNothingHeld logs a DEL that released nothing, naming any damaged
+// record the owner index lists for this attachment: it may be its record.
+func logNothingHeld(log func() *slog.Logger, damaged []allocator.DamagedRecord) {
+	if len(damaged) == 0 {
+		log().Info("no allocation for this attachment: nothing to release")
+		return
+	}
+	var ips []string
+	for _, d := range damaged {
+		ips = append(ips, d.IP.String())
+	}
+	log().Warn("no readable allocation for this attachment; a damaged record may belong to it and stays reserved until an operator releases it (hostlease-gc release IP)",
+		"damagedIPs", strings.Join(ips, ","))
+}
+
+// delReadOnly finishes a DEL whose read-write open failed with rwErr, an
+// environment error: it looks at the store read-only and succeeds when the
+// attachment holds nothing there.
+func delReadOnly(c *allocator.Config, args *skel.CmdArgs, log func() *slog.Logger, rwErr error) error {
+	if errors.Is(rwErr, syscall.ELOOP) {
+		// A symlink at the store path is never followed. A dangling one
+		// holds nothing; one that points at a file is the operator's to fix.
+		if _, err := os.Stat(allocator.StorePath(c.StoreDir, c.Network)); errors.Is(err, os.ErrNotExist) {
+			log().Warn("a dangling symlink is in place of the store: nothing to release", "error", rwErr)
+			return nil
+		}
+		return storeError(c, rwErr)
+	}
+	s, err := openStore(c, false, true)
+	if err != nil {
+		if allocator.IsDamage(err) {
+			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
+			return nil
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			log().Info("no store for this network: nothing to release")
+			return nil
+		}
+		return storeError(c, rwErr) // cannot tell whether anything is held
+	}
+	defer s.Close()
+	var recs []*allocator.Record
+	var notes txNotes
+	err = s.View(func(tx *allocator.Tx) error {
+		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
+		notes = notesOf(tx)
+		return err
+	})
+	if err != nil {
+		if allocator.IsDamage(err) {
+			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
+			return nil
+		}
+		return storeError(c, rwErr)
+	}
+	notes.log(log)
+	if len(recs) == 0 {
+		log().Info("store not writable, but nothing is held for this attachment: nothing to release", "error", rwErr)
+		logNothingHeld(log, notes.damaged)
+		return nil
+	}
+	var ips []string
+	for _, r := range recs {
+		ips = append(ips, r.IP.String())
+	}
+	return types.NewError(types.ErrIOFailure,
+		fmt.Sprintf("cannot release %s held by container %s ifname %s: store: %v", strings.Join(ips, ", "), args.ContainerID, args.IfName, rwErr), "")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -35,13 +36,17 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	defer s.Close()
 	var gone []*allocator.Record
+	var notes txNotes
 	err = s.Update(func(tx *allocator.Tx) error {
 		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, time.Now())
+		notes = notesOf(tx)
 		return err
 	})
 	if err != nil {
 		return storeError(c, err)
 	}
+	// Damaged records are kept (their owner cannot be told) and reported.
+	notes.log(func() *slog.Logger { return logWith("verb", "GC", "network", c.Network) })
 	for _, r := range gone {
 		logWith().Info("GC released", "network", c.Network, "ip", r.IP, "containerID", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef())
 	}

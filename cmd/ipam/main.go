@@ -7,14 +7,22 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // buildVersion is set with -ldflags "-X main.buildVersion=...".
 var buildVersion = "dev"
 
 func main() {
+	// Installed under another name, the marker entry's type is that name.
+	if name := filepath.Base(os.Args[0]); name != "hostlease" && name != "." {
+		allocator.MarkerTypes = append(allocator.MarkerTypes, name)
+	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,

@@ -50,9 +50,14 @@ func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
 	}
 	defer s.UnlockForExit()
 	n := 0
+	var notes txNotes
 	err = s.Update(func(tx *allocator.Tx) error {
 		n, err = allocator.Commit(tx, args.ContainerID, args.IfName, time.Now())
+		notes = notesOf(tx)
 		return err
+	})
+	notes.log(func() *slog.Logger {
+		return logWith("verb", "ADD", "mode", "commit-marker", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
 	})
 	return n, err
 }
@@ -62,10 +67,13 @@ func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
 	if !storeExists(c) {
 		return nil
 	}
-	recs, err := held(c, args)
+	recs, notes, err := held(c, args)
 	if err != nil {
 		return err
 	}
+	notes.log(func() *slog.Logger {
+		return logWith("verb", "CHECK", "mode", "commit-marker", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
+	})
 	for _, r := range recs {
 		if r.State != allocator.StateCommitted {
 			return types.NewError(types.ErrInternal,
@@ -75,20 +83,23 @@ func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
 	return nil
 }
 
-// held reads the attachment's records from a read-only view of the store.
-func held(c *allocator.Config, args *skel.CmdArgs) ([]*allocator.Record, error) {
+// held reads the attachment's records from a read-only view of the store,
+// with what the read met (damaged records the owner index lists for it).
+func held(c *allocator.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
 	s, err := openStore(c, false, true)
 	if err != nil {
-		return nil, storeError(c, err)
+		return nil, txNotes{}, storeError(c, err)
 	}
 	defer s.Close()
 	var recs []*allocator.Record
+	var notes txNotes
 	err = s.View(func(tx *allocator.Tx) error {
 		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
+		notes = notesOf(tx)
 		return err
 	})
 	if err != nil {
-		return nil, storeError(c, err)
+		return nil, notes, storeError(c, err)
 	}
-	return recs, nil
+	return recs, notes, nil
 }

@@ -3,40 +3,67 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
-// cmdStatus reports whether ADD can be served: code 50 when a range set has no
-// free address or the store is waiting to be rebuilt. containerd 2.x turns a
-// STATUS error into NetworkReady=false for the node, so ipam
-// "failStatusOnExhaustion": false turns this off.
+// cmdStatus reports whether ADD can be served. containerd 2.x turns a STATUS
+// error into NetworkReady=false, kubelet then reports the node Ready=False,
+// the node lifecycle controller taints it not-ready:NoExecute, and 300 s
+// later every pod without a toleration is evicted. So STATUS fails (code 50)
+// only when no ADD can succeed at all: the store file is unreadable (waiting
+// for hostlease-gc to rebuild it) or cannot be written, or the store does not
+// exist yet and the data dir cannot be written to create it. A full range set
+// is an alert (hostlease-gc's metrics), not a node outage: STATUS reports it
+// only with ipam "failStatusOnExhaustion": true.
 func cmdStatus(args *skel.CmdArgs) error {
 	c, err := allocator.LoadConfig(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
-	if c.Marker || !c.FailStatusOnExhaustion || !storeExists(c) {
+	if c.Marker {
 		return nil
+	}
+	unavailable := func(format string, a ...any) error {
+		return types.NewError(allocator.ErrStatusUnavailable, fmt.Sprintf("network %s: ", c.Network)+fmt.Sprintf(format, a...), "")
+	}
+	path := allocator.StorePath(c.StoreDir, c.Network)
+	if !storeExists(c) {
+		if dir, err := writableDir(c.StoreDir); err != nil {
+			return unavailable("data dir %s cannot be written (%v): no store can be created; ADD fails until it can", dir, err)
+		}
+		return nil
+	}
+	if err := syscall.Access(path, 2 /* W_OK */); err != nil {
+		return unavailable("store %s cannot be written: %v (%s); ADD fails until it can", path, err, errnoName(err))
 	}
 	var full []int
 	s, err := openStore(c, false, true)
 	if err == nil {
-		err = s.View(func(tx *allocator.Tx) error {
-			full = allocator.FullRangeSets(tx, c.RangeSets)
-			return nil
-		})
+		if c.FailStatusOnExhaustion {
+			err = s.View(func(tx *allocator.Tx) error {
+				full = allocator.FullRangeSets(tx, c.RangeSets)
+				return nil
+			})
+		}
 		s.Close()
 	}
-	if errors.Is(err, allocator.ErrStoreUnreadable) {
-		// Damage found at open or while reading: ADD cannot be served either way.
-		return types.NewError(allocator.ErrStatusUnavailable, fmt.Sprintf("network %s: %v; waiting for hostlease-gc to rebuild it", c.Network, err), "")
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, allocator.ErrStoreUnreadable):
+		// Damage found at open: ADD cannot be served until the rebuild.
+		return unavailable("%v; waiting for hostlease-gc to rebuild it", err)
+	case allocator.IsEnvironmentError(err):
+		return unavailable("%v; ADD fails until it can be opened", err)
+	case errors.Is(err, allocator.ErrStorePageDamaged):
+		// Some pages are readable: ADDs that do not meet the damage succeed.
+		return nil
+	case err != nil:
 		return storeError(c, err)
 	}
 	if len(full) == 0 {
@@ -46,6 +73,33 @@ func cmdStatus(args *skel.CmdArgs) error {
 	for _, i := range full {
 		parts = append(parts, fmt.Sprintf("range set %d", i))
 	}
-	return types.NewError(allocator.ErrStatusUnavailable,
-		fmt.Sprintf("network %s: no free address in %s; ADD will fail until addresses are released", c.Network, strings.Join(parts, ", ")), "")
+	return unavailable("no free address in %s; ADD will fail until addresses are released (failStatusOnExhaustion is on)", strings.Join(parts, ", "))
+}
+
+// writableDir checks that dir, or the nearest existing directory above it
+// (which a first ADD would create it in), can be written; it returns the
+// directory it checked.
+func writableDir(dir string) (string, error) {
+	for {
+		fi, err := os.Stat(dir)
+		if err == nil {
+			if !fi.IsDir() {
+				return dir, syscall.ENOTDIR
+			}
+			return dir, syscall.Access(dir, 2 /* W_OK */)
+		}
+		parent := filepath.Dir(dir)
+		if !errors.Is(err, os.ErrNotExist) || parent == dir {
+			return dir, err
+		}
+		dir = parent
+	}
+}
+
+func errnoName(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return allocator.ErrnoName(errno)
+	}
+	return "?"
 }

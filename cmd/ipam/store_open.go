@@ -29,8 +29,10 @@ func openStore(c *allocator.Config, create, readOnly bool) (*allocator.Store, er
 		allocator.OpenOptions{LockTimeout: c.LockTimeout, Create: create, ReadOnly: readOnly})
 }
 
-// storeError codes a store failure: 11 (try again later) for a lock timeout or
-// a store waiting to be rebuilt, 5 for other I/O failures.
+// storeError codes a store failure by class (see allocator's errors.go):
+// 11 (try again later) for a lock timeout or a store the daemon will set
+// aside and rebuild; 5 for an environment error (naming the errno and the
+// path) and for a damaged page (the operator rebuilds it); 5 for anything else.
 func storeError(c *allocator.Config, err error) error {
 	var cerr *types.Error
 	switch {
@@ -41,14 +43,42 @@ func storeError(c *allocator.Config, err error) error {
 	case errors.Is(err, allocator.ErrStoreUnreadable):
 		return types.NewError(types.ErrTryAgainLater,
 			fmt.Sprintf("%v; hostlease-gc sets it aside and rebuilds it from the runtime (or run `hostlease-gc rebuild`)", err), "")
+	case errors.Is(err, allocator.ErrStorePageDamaged):
+		return types.NewError(types.ErrIOFailure,
+			fmt.Sprintf("%v; the store is damaged: run `hostlease-gc rebuild --force` for network %s", err, c.Network), "")
+	case allocator.IsEnvironmentError(err):
+		return types.NewError(types.ErrIOFailure, "store: "+err.Error(), "")
 	}
 	return types.NewError(types.ErrIOFailure, fmt.Sprintf("store %s: %v", allocator.StorePath(c.StoreDir, c.Network), err), "")
 }
 
-// storeExists reports whether the network's store file exists.
+// storeExists reports whether anything is at the network's store path (a
+// symlink there counts: Open refuses it, naming it).
 func storeExists(c *allocator.Config) bool {
-	_, err := os.Stat(allocator.StorePath(c.StoreDir, c.Network))
+	_, err := os.Lstat(allocator.StorePath(c.StoreDir, c.Network))
 	return err == nil
+}
+
+// txNotes is what a transaction met that must be logged once it is over:
+// index repairs (also in the store's audit log) and damaged records (left
+// reserved).
+type txNotes struct {
+	repairs []allocator.IndexRepair
+	damaged []allocator.DamagedRecord
+}
+
+func notesOf(tx *allocator.Tx) txNotes {
+	return txNotes{repairs: tx.Repairs(), damaged: tx.DamagedSeen()}
+}
+
+func (n txNotes) log(log func() *slog.Logger) {
+	for _, r := range n.repairs {
+		log().Warn("store index repaired from the records", "repair", r.String())
+	}
+	for _, d := range n.damaged {
+		log().Warn("damaged record left reserved (hostlease-gc release IP frees it)", "ip", d.IP, "error", d.Err,
+			"readableContainerID", d.ContainerID, "readableIfname", d.IfName)
+	}
 }
 
 // hostLocalStateExists reports whether host-local left state for the network.

@@ -146,6 +146,21 @@ func (d *dec) str() string {
 	return s
 }
 
+// bytes reads a length-prefixed string in place (no copy).
+func (d *dec) bytes() []byte {
+	n := d.small()
+	if d.err != nil {
+		return nil
+	}
+	if n > len(d.b) {
+		d.fail(errShortValue)
+		return nil
+	}
+	b := d.b[:n]
+	d.b = d.b[n:]
+	return b
+}
+
 func (d *dec) addr() netip.Addr {
 	if d.err != nil {
 		return netip.Addr{}

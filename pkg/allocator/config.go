@@ -32,7 +32,9 @@ type Config struct {
 	StoreDir     string
 	HostLocalDir string
 	LockTimeout  time.Duration
-	// FailStatusOnExhaustion makes STATUS fail (code 50) when a range set is full.
+	// FailStatusOnExhaustion makes STATUS fail (code 50) when a range set is
+	// full. Off by default: a STATUS error makes the node NotReady, and its
+	// pods are evicted (see cmd/ipam/status.go).
 	FailStatusOnExhaustion bool
 	// ValidAttachments is the GC verb's list of attachments to keep.
 	ValidAttachments []Attachment
@@ -143,7 +145,7 @@ func buildConfig(stdin []byte, cniArgs string, own ownConf, load func() (*IPAM, 
 		StoreDir:               DefaultStoreDir,
 		HostLocalDir:           DefaultHostLocalDir,
 		LockTimeout:            DefaultLockTimeout,
-		FailStatusOnExhaustion: true,
+		FailStatusOnExhaustion: false,
 		ValidAttachments:       own.Valid,
 		RawPrevResult:          own.PrevResult,
 	}
@@ -151,7 +153,13 @@ func buildConfig(stdin []byte, cniArgs string, own ownConf, load func() (*IPAM, 
 		c.ValidAttachments = own.ValidAltSpell
 	}
 	if own.IPAM == nil {
-		// Commit marker: the same binary placed last in a conflist.
+		// Commit marker: the same binary placed last in a conflist, which
+		// has a top-level type naming it and no ipam key at all. Anything
+		// else without an ipam section is an IPAM config missing it, refused
+		// as host-local refuses it ("ipam": null included).
+		if !isMarkerType(own.Type) || hasIPAMKey(stdin) {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, "IPAM config missing 'ipam' key", "")
+		}
 		c.Marker = true
 		if own.DataDir != "" {
 			c.StoreDir = own.DataDir
@@ -212,4 +220,26 @@ func validNetworkName(name string) error {
 			fmt.Sprintf("name: %q is not a valid network name (letters, digits, '_', '.', '-'; starting with a letter or digit)", name), "")
 	}
 	return nil
+}
+
+// MarkerTypes are the top-level "type" values under which the plugin runs as
+// the commit marker (the plugin adds the name it was executed as).
+var MarkerTypes = []string{"hostlease"}
+
+func isMarkerType(t string) bool {
+	for _, m := range MarkerTypes {
+		if t == m {
+			return true
+		}
+	}
+	return false
+}
+
+// hasIPAMKey reports whether the config has an "ipam" key (whose value,
+// given that the section did not decode to one, is null).
+func hasIPAMKey(stdin []byte) bool {
+	var probe struct {
+		IPAM json.RawMessage `json:"ipam"`
+	}
+	return json.Unmarshal(stdin, &probe) == nil && probe.IPAM != nil
 }

@@ -45,7 +45,7 @@ var acceptCases = func() []acceptCase {
 			eq(t, "StoreDir", c.StoreDir, DefaultStoreDir)
 			eq(t, "HostLocalDir", c.HostLocalDir, DefaultHostLocalDir)
 			eq(t, "LockTimeout", c.LockTimeout, DefaultLockTimeout)
-			eq(t, "FailStatusOnExhaustion", c.FailStatusOnExhaustion, true)
+			eq(t, "FailStatusOnExhaustion (off by default: a STATUS error evicts the node's pods)", c.FailStatusOnExhaustion, false)
 		},
 	}, {
 		name: "legacy top-level subnet is prepended to ranges",
@@ -110,10 +110,10 @@ var acceptCases = func() []acceptCase {
 		},
 	}, {
 		name: "lockTimeout and failStatusOnExhaustion",
-		conf: `{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"hostlease","subnet":"10.0.0.0/28","lockTimeout":"250ms","failStatusOnExhaustion":false}}`,
+		conf: `{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"hostlease","subnet":"10.0.0.0/28","lockTimeout":"250ms","failStatusOnExhaustion":true}}`,
 		check: func(t *testing.T, c *Config) {
 			eq(t, "LockTimeout", c.LockTimeout, 250*time.Millisecond)
-			eq(t, "FailStatusOnExhaustion", c.FailStatusOnExhaustion, false)
+			eq(t, "FailStatusOnExhaustion", c.FailStatusOnExhaustion, true)
 		},
 	}, {
 		name: "commit marker: no ipam key, top-level dataDir",

@@ -19,6 +19,10 @@ const (
 	hostLocalLineBreak  = "\r\n"
 )
 
+// hostLocalFileName is the name of host-local's reservation file for ip (its
+// disk backend: the address as text).
+func hostLocalFileName(ip netip.Addr) string { return ip.String() }
+
 // HostLocalDir is where host-local keeps a network's state under dir.
 func HostLocalDir(dir, network string) string { return filepath.Join(dir, network) }
 
@@ -59,7 +63,7 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 			continue // "lock" and anything else that is not an address
 		}
 		ip = ip.Unmap()
-		if tx.Taken(ip) {
+		if tx.Taken(ip) || tx.hasRecord(ip) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -69,7 +73,7 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 		id, ifname, _ := strings.Cut(strings.TrimSpace(string(data)), hostLocalLineBreak)
 		rec := &Record{
 			IP: ip, RangeSet: -1, ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifname),
-			Network: network, State: StateCommitted, Source: "host-local", Created: now, Committed: now,
+			Network: network, State: StateCommitted, Source: SourceHostLocal, Created: now, Committed: now,
 		}
 		for si, set := range sets {
 			if ri := rangeFor(set, ip); ri >= 0 {
@@ -81,10 +85,15 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 		if err := tx.Put(rec); err != nil {
 			return n, err
 		}
+		if tx.imported != nil {
+			if err := tx.imported.Put(addrKey(ip), nil); err != nil {
+				return n, err
+			}
+		}
 		n++
 	}
 	if n > 0 {
-		if err := tx.Audit(AuditEvent{Time: now, Action: "import", Reason: fmt.Sprintf("%d reservations from %s", n, dir), By: "plugin"}); err != nil {
+		if err := tx.Audit(AuditEvent{Time: now, Action: AuditImport, Reason: fmt.Sprintf("%d reservations from %s", n, dir), By: "plugin"}); err != nil {
 			return n, err
 		}
 	}

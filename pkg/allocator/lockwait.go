@@ -79,14 +79,16 @@ func waitLockOpen(exclusive bool, timeout time.Duration) func(string, int, os.Fi
 // unlockFile releases the flock held on f (see Store.UnlockForExit).
 func unlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }
 
-// openBlocking is os.OpenFile for a regular file that is only ever read and
+// openBlocking is os.OpenFile (without following a symlink) for a regular file that is only ever read and
 // written with pread/pwrite: the *os.File is made with os.NewFile, so that Go
 // does not try to register it with its network poller (which a regular file
 // never is, but the try starts the poller: epoll and its wake-up fd, for
 // nothing, in every plugin exec).
 func openBlocking(name string, flag int, mode os.FileMode) (*os.File, error) {
 	for {
-		fd, err := syscall.Open(name, flag|syscall.O_CLOEXEC, uint32(mode.Perm()))
+		// O_NOFOLLOW: the store is never opened through a symlink (Open
+		// checks with lstat first; this closes the window after it).
+		fd, err := syscall.Open(name, flag|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, uint32(mode.Perm()))
 		if err == nil {
 			return os.NewFile(uintptr(fd), name), nil
 		}

@@ -118,7 +118,12 @@ func allocateOne(tx *Tx, req AllocateRequest, idx int, set StoredRangeSet, want 
 		if want == set.Ranges[ri].Gateway {
 			return nil, types.NewError(ErrAddressUnavailable, fmt.Sprintf("requested ip %s is subnet's gateway", want), "")
 		}
-		if tx.Taken(want) {
+		if held := tx.hasRecord(want); tx.Taken(want) || held {
+			if held && !tx.Taken(want) {
+				if _, err := tx.RepairIndexes(fmt.Sprintf("ADD: requested %s has a record but the taken bitmap marked it free", want), req.Now); err != nil {
+					return nil, ioError(err)
+				}
+			}
 			return nil, types.NewError(ErrAddressUnavailable,
 				fmt.Sprintf("requested IP address %s is not available in range set %s", want, rangeSetString(set)), "")
 		}
@@ -135,14 +140,28 @@ func allocateOne(tx *Tx, req AllocateRequest, idx int, set StoredRangeSet, want 
 			}
 		}
 		last, hasLast := tx.LastReserved(idx)
-		var ok bool
-		ip, ri, ok = NextFree(set, last, hasLast, tx.takenIter())
-		if !ok {
-			desc := rangeSetString(set)
-			if err := tx.RecordExhaustion(idx, desc, req.Now); err != nil {
+		for repaired := false; ; repaired = true {
+			var ok bool
+			ip, ri, ok = NextFree(set, last, hasLast, tx.takenIter())
+			if !ok {
+				desc := rangeSetString(set)
+				if err := tx.RecordExhaustion(idx, desc, req.Now); err != nil {
+					return nil, ioError(err)
+				}
+				return nil, types.NewError(ErrRangeExhausted, "no IP addresses available in range set: "+desc, "")
+			}
+			// The bitmap chose ip; the records decide (integrity.go). A
+			// record there means the bitmap lost its bit: rebuild the
+			// indexes from the records and choose again.
+			if !tx.hasRecord(ip) {
+				break
+			}
+			if repaired {
+				return nil, ioError(fmt.Errorf("taken bitmap still marks %s free after its repair from the records", ip))
+			}
+			if _, err := tx.RepairIndexes(fmt.Sprintf("ADD: %s has a record but the taken bitmap marked it free", ip), req.Now); err != nil {
 				return nil, ioError(err)
 			}
-			return nil, types.NewError(ErrRangeExhausted, "no IP addresses available in range set: "+desc, "")
 		}
 	}
 	r := set.Ranges[ri]
@@ -173,7 +192,62 @@ func allocateOne(tx *Tx, req AllocateRequest, idx int, set StoredRangeSet, want 
 
 // Held returns the attachment's records, falling back (as host-local does)
 // to records written with the container ID alone by old host-local versions.
+//
+// It finds them even when the owner index lost them: an empty answer from
+// the index is believed only for a large store whose indexes agree with the
+// records count (needScan; Tx.indexesAgree reads no record); otherwise the
+// records are read, and in a write transaction the indexes are repaired from
+// them when they disagree (audited; Tx.Repairs). DEL, CHECK and the commit
+// marker use it; ADD's hot path does not.
 func Held(tx *Tx, containerID, ifname string) ([]*Record, error) {
+	recs, err := heldByIndex(tx, containerID, ifname)
+	if err != nil || len(recs) > 0 {
+		return recs, err
+	}
+	n, known := tx.recordCount()
+	if !needScan(n, known, tx.indexesAgree) {
+		return nil, nil
+	}
+	recs = tx.scanOwner(containerID, ifname)
+	if len(recs) == 0 && ifname != "" {
+		recs = tx.scanOwner(containerID, "")
+	}
+	if tx.btx.Writable() && (len(recs) > 0 || !tx.indexesAgree()) {
+		why := fmt.Sprintf("lookup of container %s ifname %q: the indexes disagree with the records count", containerID, ifname)
+		if len(recs) > 0 {
+			why = fmt.Sprintf("lookup of container %s ifname %q: %d records missing from the owner index", containerID, ifname, len(recs))
+		}
+		if _, err := tx.RepairIndexes(why, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	return recs, nil
+}
+
+// scanAlwaysBelow is the number of records below which an owner the index
+// does not know is always looked for in the records: a scan of that many
+// costs about what the exec of the plugin does, and it also finds an index
+// entry filed under the wrong owner, which keeps every count equal. A node's
+// pool is usually far smaller (a /24).
+const scanAlwaysBelow = 2048
+
+// needScan decides whether an attachment the owner index does not know must
+// be looked for in the records. records is the count kept in meta (known is
+// false when it is absent or damaged); agree is the cheap count comparison
+// (Tx.indexesAgree), called only for large stores.
+func needScan(records int, known bool, agree func() bool) bool {
+	switch {
+	case !known:
+		return true
+	case records == 0:
+		return !agree() // nothing should be there; stray index entries say otherwise
+	case records < scanAlwaysBelow:
+		return true
+	}
+	return !agree()
+}
+
+func heldByIndex(tx *Tx, containerID, ifname string) ([]*Record, error) {
 	recs, err := tx.ByOwner(containerID, ifname)
 	if err != nil || len(recs) > 0 || ifname == "" {
 		return recs, err
@@ -207,7 +281,7 @@ func Release(tx *Tx, containerID, ifname, reason, by string, now time.Time) ([]*
 		return nil, err
 	}
 	for _, r := range recs {
-		if err := releaseRecord(tx, r, "release", reason, by, now); err != nil {
+		if err := releaseRecord(tx, r, AuditRelease, reason, by, now); err != nil {
 			return nil, err
 		}
 	}
@@ -249,7 +323,8 @@ func Commit(tx *Tx, containerID, ifname string, now time.Time) (int, error) {
 
 // GarbageCollect releases every allocation whose attachment is not in valid
 // (the CNI GC verb). A record written without an ifname is kept when any valid
-// attachment has its container ID.
+// attachment has its container ID. A damaged record is kept (its owner cannot
+// be told) and noted (Tx.DamagedSeen).
 func GarbageCollect(tx *Tx, valid []Attachment, now time.Time) ([]*Record, error) {
 	keep := make(map[Attachment]bool, len(valid))
 	ids := make(map[string]bool, len(valid))
@@ -268,7 +343,7 @@ func GarbageCollect(tx *Tx, valid []Attachment, now time.Time) ([]*Record, error
 		return nil, err
 	}
 	for _, r := range gone {
-		if err := releaseRecord(tx, r, "gc", "not in cni.dev/valid-attachments", "plugin", now); err != nil {
+		if err := releaseRecord(tx, r, AuditGC, "not in cni.dev/valid-attachments", "plugin", now); err != nil {
 			return nil, err
 		}
 	}

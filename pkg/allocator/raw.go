@@ -21,7 +21,8 @@ type RecordCache struct {
 type cachedRecord struct {
 	key []byte // copies: bbolt's bytes live only as long as the transaction
 	raw []byte
-	rec *Record // nil until decoded
+	rec *Record // nil until decoded, or when raw does not decode
+	err error   // why raw does not decode (kept, so it is not decoded again)
 }
 
 // Seen is one record as a scan saw it: the decoded record and the stored bytes
@@ -38,9 +39,10 @@ type Seen struct {
 // a later Decode: every record in address order, either as the cache entry
 // whose bytes it still has or as a copy of its bytes.
 type RecordScan struct {
-	cache *RecordCache
-	items []cachedRecord
-	fresh int // items whose bytes were copied (to decode)
+	cache   *RecordCache
+	items   []cachedRecord
+	fresh   int // items whose bytes were copied (to decode)
+	damaged []DamagedRecord
 }
 
 // ScanRecords walks every record and copies out only what changed since the
@@ -77,15 +79,21 @@ func (tx *Tx) ScanRecords(cache *RecordCache) *RecordScan {
 
 // Decode decodes the records the scan copied, makes the scan the cache's new
 // content (records gone from the store are dropped) and returns every record
-// in address order. On error (an undecodable record, named by its address)
-// the cache keeps its previous content.
+// that decodes, in address order. A record that does not decode never fails
+// the scan: it is left out and listed by Damaged (its address stays reserved
+// in the store); the cache remembers it, so it is not decoded again until its
+// bytes change. The error is always nil (kept for callers written when one
+// damaged record failed the whole scan).
 func (s *RecordScan) Decode() ([]Seen, error) {
-	if err := decodeItems(s.items, s.fresh); err != nil {
-		return nil, err
-	}
-	out := make([]Seen, len(s.items))
-	for i, it := range s.items {
-		out[i] = Seen{Rec: it.rec, raw: it.raw}
+	decodeItems(s.items, s.fresh)
+	out := make([]Seen, 0, len(s.items))
+	s.damaged = nil
+	for _, it := range s.items {
+		if it.err != nil {
+			s.damaged = append(s.damaged, newDamaged(it.key, it.raw, it.err))
+			continue
+		}
+		out = append(out, Seen{Rec: it.rec, raw: it.raw})
 	}
 	old := s.cache.entries
 	clear(old) // keep no record alive through the spare array
@@ -94,50 +102,47 @@ func (s *RecordScan) Decode() ([]Seen, error) {
 	return out, nil
 }
 
+// Damaged lists the records of the scan that do not decode, in address
+// order (valid after Decode).
+func (s *RecordScan) Damaged() []DamagedRecord { return s.damaged }
+
 // decodeParallelMin is the least number of records worth decoding on more
 // than one goroutine (a first sweep decodes every record; later sweeps only a
 // few).
 const decodeParallelMin = 1024
 
 // decodeItems decodes every item not decoded yet; fresh is how many there are.
-// Many are split over GOMAXPROCS goroutines. The error returned is that of the
-// first undecodable record in address order, whatever the split.
-func decodeItems(items []cachedRecord, fresh int) error {
+// Many are split over GOMAXPROCS goroutines. An item that does not decode
+// keeps its error.
+func decodeItems(items []cachedRecord, fresh int) {
 	workers := min(runtime.GOMAXPROCS(0), fresh/(decodeParallelMin/2))
 	if workers <= 1 {
-		return decodeRange(items)
+		decodeRange(items)
+		return
 	}
-	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		part := items[w*len(items)/workers : (w+1)*len(items)/workers]
-		wg.Go(func() { errs[w] = decodeRange(part) })
+		wg.Go(func() { decodeRange(part) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
-// decodeRange decodes the items of part not decoded yet, stopping at the first
-// that fails.
-func decodeRange(part []cachedRecord) error {
+// decodeRange decodes the items of part not decoded yet.
+func decodeRange(part []cachedRecord) {
 	for i := range part {
 		it := &part[i]
-		if it.rec != nil {
+		if it.rec != nil || it.err != nil {
 			continue
 		}
 		r, err := decodeRecord(it.raw)
 		if err != nil {
 			ip, _ := keyAddr(it.key)
-			return &recordError{ip: ip.String(), err: err}
+			it.err = &recordError{ip: ip.String(), err: err}
+			continue
 		}
 		it.rec = r
 	}
-	return nil
 }
 
 type recordError struct {

@@ -1,11 +1,15 @@
 package allocator
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -19,6 +23,12 @@ import (
 //	ownerhash   ownerPrefix(containerID, ifname) + addrKey -> nil  (index for ADD/DEL/CHECK)
 //	exhaustion  range set index -> JSON Exhaustion
 //	audit       big-endian sequence -> AuditEvent (bounded to auditLimit; codec.go)
+//	imported    addrKey(ip) -> nil for each record imported from host-local
+//	            and still held (see ReleaseVanishedHostLocal)
+//
+// meta also keeps "records", the number of records in allocs (8 bytes, big
+// endian), written in the same transaction as every record put or deleted: it
+// is the count the derived indexes are checked against (see indexesAgree).
 //
 // Schema 1 stores kept a keys-only "taken" bucket instead of takenbits and an
 // "owners" bucket keyed by the full containerID \0 ifname \0 addrKey instead
@@ -32,10 +42,12 @@ var (
 	bucketOwnerNames = []byte("owners") // schema 1's owners index, replaced by ownerhash
 	bucketExhaustion = []byte("exhaustion")
 	bucketAudit      = []byte("audit")
+	bucketImported   = []byte("imported")
 
 	keySchema  = []byte("schema")
 	keyNetwork = []byte("network")
 	keyRanges  = []byte("ranges")
+	keyRecords = []byte("records")
 )
 
 // auditLimit bounds the audit log so a store never grows without bound; the
@@ -44,11 +56,6 @@ const (
 	auditLimit = 2048
 	auditPrune = 64
 )
-
-// ErrStoreUnreadable means the store file exists but cannot be trusted (empty,
-// truncated, garbage, or from a newer schema). ADD must not serve from it: the
-// daemon sets it aside and rebuilds it from CRI. DEL treats it as "no state".
-var ErrStoreUnreadable = errors.New("store unreadable")
 
 // ErrLockTimeout means another process held the store lock for the whole timeout.
 var ErrLockTimeout = errors.New("timed out waiting for the store lock")
@@ -64,8 +71,26 @@ type Store struct {
 	file *os.File
 }
 
-// StorePath is where the store of a network lives under dir.
-func StorePath(dir, network string) string { return filepath.Join(dir, network+".db") }
+// nameMax is the longest file name Linux filesystems take (NAME_MAX).
+const nameMax = 255
+
+// StorePath is where the store of a network lives under dir: <network>.db.
+// A network name may be as long as a file name (host-local keeps its state in
+// a directory named after it), which leaves no room for ".db": a name whose
+// "<network>.db" would exceed NAME_MAX is stored as its first 200 bytes, "-",
+// 16 hex digits of its 64-bit FNV-1a hash and ".db" (220 bytes). The mapping is
+// deterministic, so every process finds the same file; the full name is in
+// the store's meta (Tx.Network).
+func StorePath(dir, network string) string { return filepath.Join(dir, storeFileName(network)) }
+
+func storeFileName(network string) string {
+	if len(network)+len(".db") <= nameMax {
+		return network + ".db"
+	}
+	h := fnv.New64a()
+	h.Write([]byte(network))
+	return fmt.Sprintf("%s-%016x.db", network[:200], h.Sum64())
+}
 
 // OpenOptions says how to open a store.
 type OpenOptions struct {
@@ -78,22 +103,32 @@ type OpenOptions struct {
 
 // Open opens the store at path. A file that exists but is empty, truncated or
 // otherwise undecodable yields an error wrapping ErrStoreUnreadable; the file is
-// left untouched (it is evidence).
+// left untouched (it is evidence). A failure of the system (read-only file
+// system, no space, too many open files, permissions) is a *StoreIOError
+// (ErrStoreIO). path is never followed if it is a symlink: a symlink there,
+// dangling or not, is an error naming it (ELOOP), and nothing is created at
+// its target.
 func Open(path string, o OpenOptions) (s *Store, err error) {
-	fi, statErr := os.Stat(path)
+	fi, statErr := os.Lstat(path)
 	switch {
+	case statErr == nil && fi.Mode()&os.ModeSymlink != 0:
+		target, _ := os.Readlink(path)
+		return nil, &StoreIOError{Op: "open", Path: path,
+			Err: fmt.Errorf("is a symlink to %q; hostlease never opens its store through a symlink: %w", target, syscall.ELOOP)}
+	case statErr == nil && !fi.Mode().IsRegular():
+		return nil, &StoreIOError{Op: "open", Path: path, Err: fmt.Errorf("is not a regular file (%s)", fi.Mode().Type())}
 	case statErr == nil && fi.Size() == 0:
 		// bbolt would silently initialise an empty file: that would forget every
 		// allocation lost with it. Treat it as unreadable instead.
 		return nil, fmt.Errorf("%w: %s is empty", ErrStoreUnreadable, path)
 	case errors.Is(statErr, os.ErrNotExist) && !o.Create:
-		return nil, statErr
+		return nil, &StoreIOError{Op: "open", Path: path, Err: unwrapPath(statErr)}
 	case errors.Is(statErr, os.ErrNotExist):
 		if err := create(path); err != nil {
 			return nil, err
 		}
 	case statErr != nil:
-		return nil, statErr
+		return nil, &StoreIOError{Op: "stat", Path: path, Err: unwrapPath(statErr)}
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -121,10 +156,7 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 		if errors.Is(err, bolt.ErrTimeout) || errors.Is(err, errLockWait) {
 			return nil, fmt.Errorf("%w (%s) on %s", ErrLockTimeout, timeout, path)
 		}
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, err)
+		return nil, classifyOpenError(path, "open", err)
 	}
 	s = &Store{db: db, path: path, file: file}
 	if !o.ReadOnly {
@@ -139,34 +171,96 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 	return s, nil
 }
 
+// tempPrefix is the name prefix of the private file create builds a store
+// in: ".new-", 16 hex digits of a hash of the store's file name, "-". It fits
+// NAME_MAX whatever the network name (os.CreateTemp appends up to 10 digits).
+func tempPrefix(storeFile string) string {
+	h := fnv.New64a()
+	h.Write([]byte(storeFile))
+	return fmt.Sprintf(".new-%016x-", h.Sum64())
+}
+
+// StaleTempAge is how old a temporary store file must be before
+// CleanStaleTemp removes it. create keeps one for a few milliseconds; one
+// older than this was left by a process killed during a network's first use.
+// Removing one is safe at any age (it holds no allocation: a live creator
+// would at worst fail its call once, to be retried), the age only spares the
+// creator that failure.
+const StaleTempAge = time.Minute
+
+// CleanStaleTemp removes the temporary files that create left in dir when
+// its process was killed (".new-<hash>-*", and the ".<network>.db.new-*" names
+// of earlier versions) once they are older than minAge, and returns their
+// paths. The plugin calls it on a network's first use; the daemon may call it
+// every sweep. A missing dir is not an error.
+func CleanStaleTemp(dir string, minAge time.Duration, now time.Time) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &StoreIOError{Op: "read directory", Path: dir, Err: unwrapPath(err)}
+	}
+	var removed []string
+	for _, e := range entries {
+		name := e.Name()
+		if !isTempName(name) || e.IsDir() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || now.Sub(fi.ModTime()) < minAge {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if err := os.Remove(p); err == nil {
+			removed = append(removed, p)
+		}
+	}
+	return removed, nil
+}
+
+// isTempName reports whether name is one of create's temporary file names.
+func isTempName(name string) bool {
+	if strings.HasPrefix(name, ".new-") && len(name) > len(".new-")+17 {
+		return true
+	}
+	// Earlier versions: "." + <network>.db + ".new-" + digits.
+	before, after, ok := strings.Cut(name, ".db.new-")
+	return ok && strings.HasPrefix(before, ".") && len(before) > 1 && after != "" && strings.Trim(after, "0123456789") == ""
+}
+
 // create makes an initialised store file at path without path ever existing
 // empty. bbolt creates a file and only then locks and initialises it, so a
 // concurrent first use of the network would see an empty file, which Open must
 // treat as lost state. The file is built under a private name and hard-linked
-// into place; if another process got there first, its store is kept.
+// into place; if another process got there first, its store is kept. Stale
+// private files of killed creators are removed first (CleanStaleTemp).
 func create(path string) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return &StoreIOError{Op: "create directory", Path: dir, Err: unwrapPath(err)}
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".new-*")
+	_, _ = CleanStaleTemp(dir, StaleTempAge, time.Now())
+	f, err := os.CreateTemp(dir, tempPrefix(filepath.Base(path))+"*")
 	if err != nil {
-		return err
+		return &StoreIOError{Op: "create", Path: path, Err: unwrapPath(err)}
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp)
 	if err := f.Close(); err != nil {
-		return err
+		return &StoreIOError{Op: "create", Path: tmp, Err: unwrapPath(err)}
 	}
 	db, err := bolt.Open(tmp, 0o600, nil) // an empty file: bbolt initialises it
 	if err != nil {
-		return err
+		return classifyOpenError(tmp, "create", err)
 	}
 	if err := db.Close(); err != nil {
-		return err
+		return classifyOpenError(tmp, "create", err)
 	}
+	// link(2) never follows its new path: a symlink there (dangling or not)
+	// is EEXIST, and the Open that follows refuses it.
 	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
+		return &StoreIOError{Op: "create", Path: path, Err: unwrapPath(err)}
 	}
 	return nil
 }
@@ -193,6 +287,7 @@ func (s *Store) UnlockForExit() error {
 func (s *Store) init() (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err, s.path)
+	defer func() { err = classifyTxError(s.path, err) }()
 	// Every plugin call opens the store read-write, and the store is
 	// initialised on all but the first: then a read-only look is enough, and
 	// spares each call a write transaction (a commit: two fdatasyncs).
@@ -212,10 +307,13 @@ func (s *Store) init() (err error) {
 		} else if len(v) != 1 || int(v[0]) > SchemaVersion {
 			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
 		}
-		for _, b := range [][]byte{bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit} {
+		for _, b := range [][]byte{bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit, bucketImported} {
 			if btx.Bucket(b) == nil {
 				return nil
 			}
+		}
+		if len(meta.Get(keyRecords)) != 8 {
+			return nil
 		}
 		ready = true
 		return nil
@@ -225,6 +323,7 @@ func (s *Store) init() (err error) {
 	return s.db.Update(func(btx *bolt.Tx) error {
 		backfill := btx.Bucket(bucketTaken) == nil && btx.Bucket(bucketAllocs) != nil
 		backfillOwners := btx.Bucket(bucketOwners) == nil && btx.Bucket(bucketAllocs) != nil
+		backfillImported := btx.Bucket(bucketImported) == nil && btx.Bucket(bucketAllocs) != nil
 		for _, old := range [][]byte{bucketTakenKeys, bucketOwnerNames} {
 			if btx.Bucket(old) != nil {
 				if err := btx.DeleteBucket(old); err != nil {
@@ -232,7 +331,7 @@ func (s *Store) init() (err error) {
 				}
 			}
 		}
-		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit} {
+		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit, bucketImported} {
 			if btx.Bucket(b) == nil {
 				if _, err := btx.CreateBucket(b); err != nil {
 					return err
@@ -264,7 +363,26 @@ func (s *Store) init() (err error) {
 				return err
 			}
 		}
+		if backfillImported {
+			// A store written before the imported index: its host-local
+			// records are those whose source says so.
+			imported := btx.Bucket(bucketImported)
+			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
+				if r, err := decodeRecord(v); err == nil && r.Source == SourceHostLocal {
+					return imported.Put(k, nil)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
 		meta := btx.Bucket(bucketMeta)
+		if len(meta.Get(keyRecords)) != 8 {
+			n := btx.Bucket(bucketAllocs).Stats().KeyN
+			if err := meta.Put(keyRecords, binary.BigEndian.AppendUint64(nil, uint64(n))); err != nil {
+				return err
+			}
+		}
 		if v := meta.Get(keySchema); len(v) > 1 || len(v) == 1 && int(v[0]) > SchemaVersion {
 			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
 		} else if len(v) == 1 && int(v[0]) == SchemaVersion {
@@ -303,12 +421,15 @@ func (s *Store) checkSchema() (err error) {
 // is rolled back instead of committed: a commit costs two fdatasyncs even when
 // empty, and a repeated DEL (runtimes retry teardown) or a commit marker
 // finding its records already committed change nothing.
+//
+// A panic of bbolt on a page it reads (or a fault on the mapping) is returned
+// as ErrStorePageDamaged; a failure to write or sync as a *StoreIOError.
 func (s *Store) Update(fn func(*Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer recoverCorrupt(&err, s.path)
+	defer recoverDamaged(&err, s.path)
 	btx, err := s.db.Begin(true)
 	if err != nil {
-		return err
+		return classifyTxError(s.path, err)
 	}
 	finished := false
 	defer func() {
@@ -334,7 +455,7 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 	case !wroteAnything(btx):
 		return btx.Rollback()
 	}
-	return btx.Commit()
+	return classifyTxError(s.path, btx.Commit())
 }
 
 // wroteAnything reports whether a transaction changed anything. bbolt changes
@@ -347,9 +468,10 @@ func wroteAnything(btx *bolt.Tx) bool {
 }
 
 // View runs fn in a read-only transaction.
+// A panic of bbolt on a page it reads is returned as ErrStorePageDamaged.
 func (s *Store) View(fn func(*Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer recoverCorrupt(&err, s.path)
+	defer recoverDamaged(&err, s.path)
 	return s.db.View(func(btx *bolt.Tx) error { return fn(wrapTx(btx)) })
 }
 
@@ -362,6 +484,14 @@ func recoverCorrupt(err *error, path string) {
 	}
 }
 
+// recoverDamaged turns a panic met by a transaction of an open store into
+// ErrStorePageDamaged (see errors.go for why this is not ErrStoreUnreadable).
+func recoverDamaged(err *error, path string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: %s: a page could not be read: %v", ErrStorePageDamaged, path, r)
+	}
+}
+
 func wrapTx(btx *bolt.Tx) *Tx {
 	return &Tx{
 		btx:        btx,
@@ -371,5 +501,6 @@ func wrapTx(btx *bolt.Tx) *Tx {
 		owners:     btx.Bucket(bucketOwners),
 		exhaustion: btx.Bucket(bucketExhaustion),
 		audit:      btx.Bucket(bucketAudit),
+		imported:   btx.Bucket(bucketImported),
 	}
 }

@@ -373,9 +373,13 @@ func TestOwnersIndexCollisions(t *testing.T) {
 				return err
 			}
 		}
+		// Put never takes another owner's address; Replace does.
+		if err := tx.Put(rec("10.0.0.3", "c1", "eth0")); !errors.Is(err, ErrAddressHeld) {
+			t.Errorf("Put over another owner's record: %v, want ErrAddressHeld", err)
+		}
 		// 10.0.0.3 changes hands, 10.0.0.5 is released.
-		if err := tx.Put(rec("10.0.0.3", "c1", "eth0")); err != nil {
-			return err
+		if prev, _, err := tx.Replace(rec("10.0.0.3", "c1", "eth0")); err != nil || prev == nil || prev.ContainerID != "c2" {
+			t.Errorf("Replace = %+v, %v; want c2's record", prev, err)
 		}
 		if _, err := tx.Delete(netip.MustParseAddr("10.0.0.5")); err != nil {
 			return err
@@ -425,8 +429,11 @@ func TestOwnersIndex(t *testing.T) {
 		return nil
 	})
 	update(t, s, func(tx *Tx) error {
-		// Overwrite: the address moves to another owner.
-		if err := tx.Put(rec("10.0.0.3", "c2", "eth0")); err != nil {
+		// Put refuses to overwrite another owner; Replace moves the address.
+		if err := tx.Put(rec("10.0.0.3", "c2", "eth0")); !errors.Is(err, ErrAddressHeld) {
+			t.Errorf("Put over c1's record: %v, want ErrAddressHeld", err)
+		}
+		if _, _, err := tx.Replace(rec("10.0.0.3", "c2", "eth0")); err != nil {
 			return err
 		}
 		// Same owner, new state: one index entry.
@@ -476,7 +483,17 @@ func TestOwnersIndexRandom(t *testing.T) {
 					continue
 				}
 				o := owners[r.IntN(len(owners))]
-				if err := tx.Put(rec(ip.String(), o[0], o[1])); err != nil {
+				err := tx.Put(rec(ip.String(), o[0], o[1]))
+				if held, ok := model[ip]; ok && held != o {
+					if !errors.Is(err, ErrAddressHeld) {
+						t.Fatalf("seed %d: Put of %s for %v over %v's record: %v, want ErrAddressHeld", seed, ip, o, held, err)
+					}
+					if r.IntN(2) == 0 {
+						continue
+					}
+					_, _, err = tx.Replace(rec(ip.String(), o[0], o[1]))
+				}
+				if err != nil {
 					return err
 				}
 				model[ip] = o
@@ -527,8 +544,15 @@ func TestRecordFromNewerSchemaIsRefused(t *testing.T) {
 		if r, err := tx.Get(netip.MustParseAddr("10.0.0.3")); err == nil || !strings.Contains(err.Error(), "newer") {
 			t.Errorf("Get of a record in a newer binary format = %+v, %v; want an error saying it is newer", r, err)
 		}
-		if err := tx.ForEach(func(*Record) error { return nil }); err == nil {
-			t.Error("ForEach accepted a v2 record")
+		n := 0
+		if err := tx.ForEach(func(*Record) error { n++; return nil }); err != nil || n != 0 {
+			t.Errorf("ForEach visited %d records (err %v); want the two undecodable ones skipped", n, err)
+		}
+		if d := tx.DamagedSeen(); len(d) != 2 {
+			t.Errorf("DamagedSeen = %v, want both records", d)
+		}
+		if d := tx.DamagedRecords(); len(d) != 2 || d[1].ContainerID != "" {
+			t.Errorf("DamagedRecords = %+v, want both, no owner guessed from a format this binary does not know", d)
 		}
 		return nil
 	})

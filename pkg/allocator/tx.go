@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
@@ -13,11 +14,20 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Tx is one transaction on a store. Every write keeps the owners index in step
-// with allocs: a record and its index entry are put and deleted together.
+// Tx is one transaction on a store. Every write keeps the derived indexes
+// (takenbits, ownerhash, imported, the records count) in step with allocs: a
+// record and its index entries are put and deleted together. The indexes are
+// still only derived: where they are used to decide something that matters
+// they are verified against the records (see integrity.go).
 type Tx struct {
-	btx                                            *bolt.Tx
-	meta, allocs, taken, owners, exhaustion, audit *bolt.Bucket
+	btx                                                      *bolt.Tx
+	meta, allocs, taken, owners, exhaustion, audit, imported *bolt.Bucket
+
+	// damagedSeen are the undecodable records this transaction met (each
+	// once); repairs the index repairs it made. Callers log them.
+	damagedSeen []DamagedRecord
+	repairs     []IndexRepair
+	err         error // first write error of a multi-write helper
 }
 
 // addrKey encodes an address so that byte order is address order within a
@@ -60,7 +70,8 @@ var ownerHash = func(containerID, ifname string) uint64 {
 	return h.Sum64()
 }
 
-// Get returns the record holding ip, or nil.
+// Get returns the record holding ip, or nil. A record that does not decode
+// is an error (see Lookup for one that tells the two apart).
 func (tx *Tx) Get(ip netip.Addr) (*Record, error) {
 	v := tx.allocs.Get(addrKey(ip))
 	if v == nil {
@@ -69,7 +80,25 @@ func (tx *Tx) Get(ip netip.Addr) (*Record, error) {
 	return decodeRecord(v)
 }
 
-// Taken reports whether ip is reserved, without decoding the record.
+// Lookup returns the record holding ip, or the damaged record there, or
+// neither when the address has no record.
+func (tx *Tx) Lookup(ip netip.Addr) (*Record, *DamagedRecord) {
+	key := addrKey(ip)
+	v := tx.allocs.Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	r, err := decodeRecord(v)
+	if err != nil {
+		d := newDamaged(key, v, err)
+		return nil, &d
+	}
+	return r, nil
+}
+
+// Taken reports whether ip is reserved, without decoding the record. It reads
+// the taken bitmap, a derived index: ADD verifies what it chooses against the
+// records (see allocateOne).
 func (tx *Tx) Taken(ip netip.Addr) bool {
 	if tx.taken == nil {
 		return tx.allocs.Get(addrKey(ip)) != nil // schema 1, read-only
@@ -77,18 +106,68 @@ func (tx *Tx) Taken(ip netip.Addr) bool {
 	return takenBits{tx.taken}.has(ip)
 }
 
-// Put writes r under r.IP and indexes it by owner and in the taken index. If a different owner held
-// the address before, its index entry is removed.
+// hasRecord reports whether ip has a record, healthy or damaged.
+func (tx *Tx) hasRecord(ip netip.Addr) bool { return tx.allocs.Get(addrKey(ip)) != nil }
+
+// ErrAddressHeld is returned by Put for an address whose record belongs to
+// another owner or does not decode: a write never replaces another owner's
+// record (Replace does, for the one caller that must).
+var ErrAddressHeld = errors.New("address is held by another record")
+
+// Put writes r under r.IP and indexes it by owner and in the taken index.
+// The address must be free or held by r's own attachment (the same
+// containerID and ifname): otherwise Put writes nothing and returns an error
+// wrapping ErrAddressHeld.
 func (tx *Tx) Put(r *Record) error {
 	key := addrKey(r.IP)
 	if old := tx.allocs.Get(key); old != nil {
 		prev, err := decodeRecord(old)
-		if err == nil && (prev.ContainerID != r.ContainerID || prev.IfName != r.IfName) {
-			if err := tx.owners.Delete(append(ownerPrefix(prev.ContainerID, prev.IfName), key...)); err != nil {
-				return err
-			}
+		if err != nil {
+			return fmt.Errorf("%w: %s has a damaged record (%v); it stays reserved until released (hostlease-gc release %s)", ErrAddressHeld, r.IP, err, r.IP)
+		}
+		if prev.ContainerID != r.ContainerID || prev.IfName != r.IfName {
+			return fmt.Errorf("%w: %s is held by container %s ifname %q, not %s ifname %q",
+				ErrAddressHeld, r.IP, prev.ContainerID, prev.IfName, r.ContainerID, r.IfName)
+		}
+		return tx.putRecord(r, key, false)
+	}
+	return tx.putRecord(r, key, true)
+}
+
+// Replace writes r under r.IP whoever held the address, and returns what was
+// there: the previous record (of any owner), or the damaged record, or
+// neither. It is for the daemon's re-reservation of an address a running
+// sandbox uses: the caller audits the takeover.
+func (tx *Tx) Replace(r *Record) (*Record, *DamagedRecord, error) {
+	key := addrKey(r.IP)
+	old := tx.allocs.Get(key)
+	if old == nil {
+		return nil, nil, tx.putRecord(r, key, true)
+	}
+	prev, derr := decodeRecord(old)
+	var damaged *DamagedRecord
+	if derr != nil {
+		d := newDamaged(key, old, derr)
+		damaged = &d
+		// Its owner is unknown: drop whatever index entry points at it.
+		if err := tx.dropOwnerEntries(key); err != nil {
+			return nil, nil, err
+		}
+	} else if prev.ContainerID != r.ContainerID || prev.IfName != r.IfName {
+		if err := tx.owners.Delete(append(ownerPrefix(prev.ContainerID, prev.IfName), key...)); err != nil {
+			return nil, nil, err
 		}
 	}
+	if tx.imported != nil {
+		if err := tx.imported.Delete(key); err != nil {
+			return nil, nil, err
+		}
+	}
+	return prev, damaged, tx.putRecord(r, key, false)
+}
+
+// putRecord stores r and its index entries; isNew says key had no record.
+func (tx *Tx) putRecord(r *Record, key []byte, isNew bool) error {
 	v, err := encodeRecord(r)
 	if err != nil {
 		return err
@@ -99,11 +178,18 @@ func (tx *Tx) Put(r *Record) error {
 	if err := (takenBits{tx.taken}).set(r.IP, true); err != nil {
 		return err
 	}
-	return tx.owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), key...), nil)
+	if err := tx.owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), key...), nil); err != nil {
+		return err
+	}
+	if isNew {
+		return tx.addRecords(1)
+	}
+	return nil
 }
 
-// Delete removes the record holding ip (and its index entry) and returns it,
-// or nil when the address was free.
+// Delete removes the record holding ip (and its index entries) and returns
+// it, or nil when the address was free. A damaged record is removed too and
+// returned as a Record with only its IP set.
 func (tx *Tx) Delete(ip netip.Addr) (*Record, error) {
 	key := addrKey(ip)
 	v := tx.allocs.Get(key)
@@ -112,13 +198,49 @@ func (tx *Tx) Delete(ip netip.Addr) (*Record, error) {
 	}
 	r, err := decodeRecord(v)
 	if err != nil {
-		// Undecodable: its owner entry cannot be found; free the address.
-		if err := tx.allocs.Delete(key); err != nil {
-			return nil, err
-		}
-		return &Record{IP: ip}, takenBits{tx.taken}.set(ip, false)
+		return &Record{IP: ip}, tx.deleteDamaged(key, ip)
 	}
 	return r, tx.deleteRead(r)
+}
+
+// deleteDamaged removes the undecodable record under key and every index
+// entry pointing at it (its owner is unknown, so the owner index is searched).
+func (tx *Tx) deleteDamaged(key []byte, ip netip.Addr) error {
+	if err := tx.dropOwnerEntries(key); err != nil {
+		return err
+	}
+	if err := tx.allocs.Delete(key); err != nil {
+		return err
+	}
+	if tx.imported != nil {
+		if err := tx.imported.Delete(key); err != nil {
+			return err
+		}
+	}
+	if ip.IsValid() {
+		if err := (takenBits{tx.taken}).set(ip, false); err != nil {
+			return err
+		}
+	}
+	return tx.addRecords(-1)
+}
+
+// dropOwnerEntries deletes every owner index entry for the address key (a
+// walk of the index: only for records whose owner cannot be read).
+func (tx *Tx) dropOwnerEntries(key []byte) error {
+	var drop [][]byte
+	c := tx.owners.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) == 8+len(key) && bytes.Equal(k[8:], key) {
+			drop = append(drop, bytes.Clone(k))
+		}
+	}
+	for _, k := range drop {
+		if err := tx.owners.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteRead removes r, read from this transaction (so its owner is the
@@ -131,48 +253,128 @@ func (tx *Tx) deleteRead(r *Record) error {
 	if err := tx.allocs.Delete(key); err != nil {
 		return err
 	}
-	return takenBits{tx.taken}.set(r.IP, false)
+	if tx.imported != nil {
+		// Deleting a key that is not there touches no page.
+		if err := tx.imported.Delete(key); err != nil {
+			return err
+		}
+	}
+	if err := (takenBits{tx.taken}).set(r.IP, false); err != nil {
+		return err
+	}
+	return tx.addRecords(-1)
 }
 
-// ByOwner returns the records held by (containerID, ifname), in address order.
+// recordCount is the records count kept in meta, or false when it is absent
+// or damaged (a store not yet opened read-write by this version).
+func (tx *Tx) recordCount() (int, bool) {
+	if tx.meta == nil {
+		return 0, false
+	}
+	v := tx.meta.Get(keyRecords)
+	if len(v) != 8 {
+		return 0, false
+	}
+	return int(binary.BigEndian.Uint64(v)), true
+}
+
+// addRecords moves the records count by d. An absent count stays absent
+// (the next read-write open counts the records).
+func (tx *Tx) addRecords(d int) error {
+	n, ok := tx.recordCount()
+	if !ok {
+		return nil
+	}
+	return tx.setRecordCount(max(n+d, 0))
+}
+
+func (tx *Tx) setRecordCount(n int) error {
+	return tx.meta.Put(keyRecords, binary.BigEndian.AppendUint64(nil, uint64(n)))
+}
+
+// ByOwner returns the records held by (containerID, ifname), in address
+// order, as the owner index lists them. A listed record that does not decode
+// is skipped and noted (DamagedSeen): its address stays reserved. ByOwner
+// trusts the index to be complete; Held verifies that before concluding that
+// an attachment holds nothing.
 func (tx *Tx) ByOwner(containerID, ifname string) ([]*Record, error) {
 	var out []*Record
 	if tx.owners == nil {
 		// A read-only view of a store whose index predates ownerhash (it is
 		// built on the first read-write open): look at every record.
-		err := tx.ForEach(func(r *Record) error {
-			if r.ContainerID == containerID && r.IfName == ifname {
-				out = append(out, r)
-			}
-			return nil
-		})
-		return out, err
+		return tx.scanOwner(containerID, ifname), nil
 	}
 	prefix := ownerPrefix(containerID, ifname)
 	c := tx.owners.Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		ip, ok := keyAddr(k[len(prefix):])
-		if !ok {
+		key := k[len(prefix):]
+		v := tx.allocs.Get(key)
+		if v == nil {
 			continue
 		}
-		r, err := tx.Get(ip)
+		r, err := decodeRecord(v)
 		if err != nil {
-			return nil, err
+			tx.noteDamaged(newDamaged(key, v, err))
+			continue
 		}
-		if r != nil && r.ContainerID == containerID && r.IfName == ifname {
+		if r.ContainerID == containerID && r.IfName == ifname {
 			out = append(out, r)
 		}
 	}
 	return out, nil
 }
 
-// ForEach calls fn for every record in address order. fn must not write.
+// scanOwner finds (containerID, ifname)'s records by reading every record:
+// the answer when the owner index cannot be trusted. Damaged records are
+// noted, not returned.
+func (tx *Tx) scanOwner(containerID, ifname string) []*Record {
+	var out []*Record
+	_ = tx.allocs.ForEach(func(k, v []byte) error {
+		if match, sure := ownerMatches(v, containerID, ifname); sure && !match {
+			return nil // most records: told apart without decoding
+		}
+		r, err := decodeRecord(v)
+		if err != nil {
+			tx.noteDamaged(newDamaged(k, v, err))
+			return nil
+		}
+		if r.ContainerID == containerID && r.IfName == ifname {
+			out = append(out, r)
+		}
+		return nil
+	})
+	return out
+}
+
+// ownerMatches compares a binary record's owner fields with (containerID,
+// ifname) in place, without decoding the record; sure is false when it cannot
+// tell (a JSON or damaged value: the caller decodes).
+func ownerMatches(v []byte, containerID, ifname string) (match, sure bool) {
+	if len(v) == 0 || v[0] != binaryFormat {
+		return false, false
+	}
+	d := &dec{b: v[1:]}
+	d.addr()
+	d.smallInt()
+	d.addr()
+	d.smallInt()
+	id := d.bytes()
+	name := d.bytes()
+	if d.err != nil {
+		return false, false
+	}
+	return string(id) == containerID && string(name) == ifname, true
+}
+
+// ForEach calls fn for every record that decodes, in address order; records
+// that do not are skipped and noted (DamagedSeen, or DamagedRecords for all
+// of them). fn must not write.
 func (tx *Tx) ForEach(fn func(*Record) error) error {
 	return tx.allocs.ForEach(func(k, v []byte) error {
 		r, err := decodeRecord(v)
 		if err != nil {
-			ip, _ := keyAddr(k)
-			return fmt.Errorf("record %s: %w", ip, err)
+			tx.noteDamaged(newDamaged(k, v, err))
+			return nil
 		}
 		return fn(r)
 	})
@@ -226,7 +428,9 @@ type StoredRange struct {
 	Gateway netip.Addr   `json:"gateway,omitzero"`
 }
 
-// RangeSets returns the range sets recorded by the last ADD.
+// RangeSets returns the range sets recorded by the last ADD. A stored value
+// that does not decode is an error wrapping ErrDamagedValue (the next ADD
+// rewrites it): callers that can do without the range sets carry on.
 func (tx *Tx) RangeSets() ([]StoredRangeSet, error) {
 	v := tx.meta.Get(keyRanges)
 	if v == nil {
@@ -240,7 +444,7 @@ func (tx *Tx) RangeSets() ([]StoredRangeSet, error) {
 		out, err = readRangeSets(v)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stored range sets: %w", err)
+		return nil, fmt.Errorf("%w: stored range sets: %v", ErrDamagedValue, err)
 	}
 	return out, nil
 }
@@ -282,7 +486,7 @@ func (tx *Tx) Exhaustions() (map[int]Exhaustion, error) {
 		}
 		var e Exhaustion
 		if err := json.Unmarshal(v, &e); err != nil {
-			return fmt.Errorf("exhaustion %s: %w", k, err)
+			return nil // a damaged counter is left out; the next exhaustion rewrites it
 		}
 		out[idx] = e
 		return nil
@@ -332,7 +536,8 @@ func (tx *Tx) AuditLog(limit int) ([]AuditEvent, error) {
 			ev, err = readAudit(v)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("audit entry: %w", err)
+			// A damaged entry is shown as such; it never hides the others.
+			ev = AuditEvent{Action: AuditDamagedEntry, Reason: err.Error()}
 		}
 		out = append(out, ev)
 	}

@@ -21,6 +21,7 @@ const (
 
 	ReclaimSandboxAbsent = "sandbox_absent"
 	ReclaimNetnsGone     = "netns_gone"
+	ReclaimPredatesBoot  = "predates_boot"
 	ReclaimManual        = "manual"
 
 	VetoPodListsIP       = "pod_lists_ip"
@@ -99,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{labelNetwork}),
 		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "reclaims_total",
-			Help: "Addresses reclaimed, by reason (sandbox_absent, netns_gone, manual).",
+			Help: "Addresses reclaimed, by reason (sandbox_absent, netns_gone, predates_boot, manual).",
 		}, []string{labelNetwork, "reason"}),
 		Vetoes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "vetoes_total",
@@ -107,7 +108,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{labelNetwork, "reason"}),
 		ReclaimGuardTripped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "reclaim_guard_tripped_total",
-			Help: "Sweeps whose reclaims for a network were refused because they exceeded --max-reclaim-fraction of the pool.",
+			Help: "Sweeps whose reclaims without proof of death for a network were refused because they exceeded --max-reclaim-fraction of the records the network holds.",
 		}, []string{labelNetwork}),
 		AllocationFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "allocation_failures_total",
@@ -172,7 +173,7 @@ type PoolStats struct {
 // given range sets) so that increase() in alerts sees the first event. Call it
 // when a network's store is first seen; it is idempotent.
 func (m *Metrics) InitNetwork(network string, rangeSets ...string) {
-	for _, r := range []string{ReclaimSandboxAbsent, ReclaimNetnsGone, ReclaimManual} {
+	for _, r := range []string{ReclaimSandboxAbsent, ReclaimNetnsGone, ReclaimPredatesBoot, ReclaimManual} {
 		m.Reclaims.WithLabelValues(network, r)
 	}
 	for _, r := range []string{VetoPodListsIP, VetoMassReclaimGuard} {

@@ -3,6 +3,7 @@ package gc
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"time"
 )
@@ -25,6 +26,9 @@ type Options struct {
 	NoAPI              bool
 	LogFormat          string
 	NetnsDir           string
+	// ProcDir is where the kernel's /proc is visible; the node's boot time
+	// is read from its stat file (btime).
+	ProcDir string
 }
 
 // Default values. MinAge exceeds kubelet's 4 minute RunPodSandbox timeout so an
@@ -34,6 +38,25 @@ const (
 	DefaultDataDir     = "/var/lib/cni/hostlease"
 	DefaultMetricsAddr = ":9734"
 	DefaultNetnsDir    = "/var/run/netns"
+	DefaultProcDir     = "/proc"
+
+	// DefaultMaxReclaimFraction is the share of a network's records that one
+	// sweep may reclaim without proof of death. A runtime that lists none of
+	// the network's sandboxes (a wrong socket) makes every record a candidate
+	// at once, 100% of them, so any default below 1 refuses it; a node
+	// rebooted with a persistent data dir is not limited, as its records carry
+	// proof (they predate the boot).
+	DefaultMaxReclaimFraction = 0.5
+)
+
+// Bounds of the flags: values outside are a mistake, not a setting.
+const (
+	MinInterval = time.Second
+	MaxInterval = time.Hour
+	MaxMisses   = 1000
+	// MaxWait bounds --grace, --min-age and --netns-grace: a leak held for
+	// longer than a day is a full pool, not caution.
+	MaxWait = 24 * time.Hour
 )
 
 // RegisterRunFlags registers the flags of `hostlease-gc run` on fs and returns
@@ -46,37 +69,54 @@ func RegisterRunFlags(fs *flag.FlagSet) *Options {
 	fs.IntVar(&o.Misses, "misses", 3, "consecutive sweeps a sandbox must be absent from CRI before its address is reclaimed")
 	fs.DurationVar(&o.Grace, "grace", 2*time.Minute, "minimum time a sandbox must be absent from CRI before its address is reclaimed")
 	fs.DurationVar(&o.MinAge, "min-age", 5*time.Minute, "minimum allocation age before reclaim; covers an ADD still in flight (kubelet waits up to 4m)")
-	fs.DurationVar(&o.NetnsGrace, "netns-grace", 30*time.Second, "absence needed when the allocation's netns no longer exists (replaces --min-age and --grace then)")
-	fs.Float64Var(&o.MaxReclaimFraction, "max-reclaim-fraction", 0.5, "refuse a sweep that would reclaim more than this fraction of a pool (0 < f <= 1)")
+	fs.DurationVar(&o.NetnsGrace, "netns-grace", 0, "absence needed when the allocation carries proof of death (its netns is gone, or it predates the node's boot); replaces --misses, --grace and --min-age then; 0 reclaims at once")
+	fs.Float64Var(&o.MaxReclaimFraction, "max-reclaim-fraction", DefaultMaxReclaimFraction, "refuse a sweep that would reclaim, without proof of death, more than this fraction of the records a network holds (0 < f <= 1; at least one record is always allowed)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be reclaimed and change nothing")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty disables)")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (downward API); needed for Kubernetes vetoes and Events")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig path; empty means in-cluster config")
 	fs.BoolVar(&o.NoAPI, "no-api", false, "run without a Kubernetes API server (no vetoes, no Events)")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&o.NetnsDir, "netns-dir", DefaultNetnsDir, "where the runtime keeps named network namespaces")
+	fs.StringVar(&o.NetnsDir, "netns-dir", DefaultNetnsDir, "where the runtime keeps named network namespaces; watched, so a sweep runs when one disappears")
+	fs.StringVar(&o.ProcDir, "proc-dir", DefaultProcDir, "where the kernel's /proc is mounted (the node's boot time is read from its stat file)")
 	return o
 }
 
 // Validate reports the first flag with an unusable value, naming it.
 func (o *Options) Validate() error {
+	checkWait := func(name string, d time.Duration) error {
+		if d < 0 || d > MaxWait {
+			return fmt.Errorf("--%s must be between 0s and %s, got %s", name, MaxWait, d)
+		}
+		return nil
+	}
 	switch {
-	case o.Interval <= 0:
-		return fmt.Errorf("--interval must be positive, got %s", o.Interval)
-	case o.Misses < 1:
-		return fmt.Errorf("--misses must be at least 1, got %d", o.Misses)
-	case o.Grace < 0:
-		return fmt.Errorf("--grace must not be negative, got %s", o.Grace)
-	case o.MinAge < 0:
-		return fmt.Errorf("--min-age must not be negative, got %s", o.MinAge)
-	case o.NetnsGrace < 0:
-		return fmt.Errorf("--netns-grace must not be negative, got %s", o.NetnsGrace)
-	case o.MaxReclaimFraction <= 0 || o.MaxReclaimFraction > 1:
-		return fmt.Errorf("--max-reclaim-fraction must be in (0, 1], got %g", o.MaxReclaimFraction)
+	case o.Interval < MinInterval || o.Interval > MaxInterval:
+		return fmt.Errorf("--interval must be between %s and %s, got %s", MinInterval, MaxInterval, o.Interval)
+	case o.Misses < 1 || o.Misses > MaxMisses:
+		return fmt.Errorf("--misses must be between 1 and %d, got %d", MaxMisses, o.Misses)
+	}
+	if err := checkWait("grace", o.Grace); err != nil {
+		return err
+	}
+	if err := checkWait("min-age", o.MinAge); err != nil {
+		return err
+	}
+	if err := checkWait("netns-grace", o.NetnsGrace); err != nil {
+		return err
+	}
+	f := o.MaxReclaimFraction
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 || f > 1:
+		// NaN compares false with everything: it must be named, or it would
+		// pass every range check and turn the guard off.
+		return fmt.Errorf("--max-reclaim-fraction must be a number in (0, 1], got %g", f)
 	case o.LogFormat != "text" && o.LogFormat != "json":
 		return fmt.Errorf("--log-format must be text or json, got %q", o.LogFormat)
 	case o.CRIEndpoint == "":
 		return fmt.Errorf("--cri-endpoint must not be empty")
+	case o.DataDir == "":
+		return fmt.Errorf("--data-dir must not be empty")
 	}
 	return nil
 }

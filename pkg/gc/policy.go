@@ -68,9 +68,32 @@ func PolicyFromOptions(o *Options) Policy {
 // Candidate is one record with the facts the policy needs from the node.
 type Candidate struct {
 	Record *allocator.Record
-	// NetnsGone is true when the record names a netns path that no longer
-	// exists: the runtime tore the sandbox down, so no ADD can be in flight.
+	// NetnsGone is true when the record names a netns path under a visible,
+	// trusted --netns-dir that no longer exists: the runtime tore the sandbox
+	// down, so no ADD can be in flight and no container uses the address.
 	NetnsGone bool
+	// PredatesBoot is true when the record was written before the node last
+	// booted (and its netns is not known to exist): every sandbox of the
+	// previous boot is dead.
+	PredatesBoot bool
+}
+
+// proof is the reclaim reason a candidate's proof of death gives, or "".
+func (c Candidate) proof() string {
+	switch {
+	case c.NetnsGone:
+		return ReclaimNetnsGone
+	case c.PredatesBoot:
+		return ReclaimPredatesBoot
+	}
+	return ""
+}
+
+// PredatesBoot reports whether a record created at created was written before
+// the node booted at boot. An unknown boot time (zero) or one after now (a
+// reading that cannot be right) proves nothing.
+func PredatesBoot(created, boot, now time.Time) bool {
+	return !boot.IsZero() && !boot.After(now) && created.Before(boot)
 }
 
 // Action is what to do with one record.
@@ -103,47 +126,74 @@ type Decision struct {
 // NetworkVerdict is the outcome for one network's records.
 type NetworkVerdict struct {
 	Decisions []Decision
-	// Guarded is true when the mass-reclaim guard refused this sweep's reclaims.
+	// Guarded is true when the mass-reclaim guard refused this sweep's
+	// reclaims without proof of death.
 	Guarded bool
-	// WouldReclaim is how many reclaims the guard refused (or that were made).
+	// WouldReclaim is how many reclaims without proof were due: those the
+	// guard refused, or those that were made.
 	WouldReclaim int
+	// Proven is how many reclaims carry proof of death (never limited).
+	Proven int
+	// GuardLimit is the most reclaims without proof this sweep allowed.
+	GuardLimit int
+}
+
+// GuardLimit is the most reclaims without proof of death one sweep may make on
+// a network holding held records: the fraction of them, rounded down, but at
+// least one, so that a lone leak on a small network is still reclaimed (a
+// second one waits for the next sweep).
+func GuardLimit(fraction float64, held int) int {
+	if math.IsNaN(fraction) || fraction <= 0 {
+		return 0
+	}
+	// The epsilon keeps a product such as 0.57*100 = 56.999... from refusing
+	// a sweep exactly at the limit.
+	return max(1, int(math.Floor(min(fraction, 1)*float64(held)+1e-9)))
 }
 
 // Decide is the whole reclaim policy: a pure function of the records, what CRI
-// and the API server say, and the clock. It reclaims an address only when all
-// hold:
-//   - CRI answered completely this sweep, and the record predates that answer;
-//   - the sandbox has been absent for at least p.Misses consecutive sweeps;
-//   - and either it has been absent for p.Grace and the record is p.MinAge old
-//     (an ADD can be invisible to CRI for minutes while in flight), or its netns
-//     is gone and it has been absent for p.NetnsGrace;
-//   - the API server (when used) was read and no live pod with the record's UID
-//     lists the address;
-//   - the network's reclaims stay within p.MaxReclaimFraction of its pool.
+// and the API server say, and the clock. held is how many records the network
+// holds (damaged ones included). A record is reclaimed only when CRI answered
+// completely this sweep, the record predates that answer, its sandbox is not
+// listed, and either
+//
+//   - it carries proof of death (Candidate.NetnsGone or PredatesBoot) and has
+//     been absent for p.NetnsGrace (0: at once): no misses, no grace, no
+//     minimum age, no API veto and no guard apply, as nothing can still use
+//     the address; or
+//   - without proof, all hold: absent for at least p.Misses consecutive sweeps
+//     and for p.Grace; the record is p.MinAge old (an ADD can be invisible to
+//     CRI for minutes while in flight); the API server (when used) was read
+//     and no live pod lists the address; and the network's reclaims without
+//     proof stay within GuardLimit(p.MaxReclaimFraction, held), else none of
+//     them is made (a runtime that lists none of our sandboxes must not empty
+//     the pool).
 //
 // A listed sandbox (READY, NOTREADY or UNKNOWN) is never reclaimed: a NOTREADY
 // one is the runtime's to tear down.
-func Decide(p Policy, cands []Candidate, poolSize float64, cri CRIView, api APIView, now time.Time) NetworkVerdict {
+func Decide(p Policy, cands []Candidate, held int, cri CRIView, api APIView, now time.Time) NetworkVerdict {
 	v := NetworkVerdict{Decisions: make([]Decision, 0, len(cands))}
-	var reclaims []int
+	var unproven []int
 	for _, c := range cands {
 		d := decideOne(p, c, cri, api, now)
 		if d.Action == Reclaim {
-			reclaims = append(reclaims, len(v.Decisions))
+			if c.proof() != "" {
+				v.Proven++
+			} else {
+				unproven = append(unproven, len(v.Decisions))
+			}
 		}
 		v.Decisions = append(v.Decisions, d)
 	}
-	v.WouldReclaim = len(reclaims)
-	// The limit is a whole number of addresses; the epsilon keeps a product
-	// such as 0.57*100 = 56.999... from refusing a sweep exactly at the limit.
-	limit := math.Floor(p.MaxReclaimFraction*poolSize + 1e-9)
-	if len(reclaims) > 0 && float64(len(reclaims)) > limit {
+	v.WouldReclaim = len(unproven)
+	v.GuardLimit = GuardLimit(p.MaxReclaimFraction, held)
+	if len(unproven) > v.GuardLimit {
 		v.Guarded = true
-		for _, i := range reclaims {
+		for _, i := range unproven {
 			d := &v.Decisions[i]
 			d.Action, d.Reason = Keep, "guarded"
-			d.Detail = fmt.Sprintf("mass-reclaim guard: this sweep would reclaim %d of %.0f addresses (limit %.0f%%); waiting for a person",
-				len(reclaims), poolSize, p.MaxReclaimFraction*100)
+			d.Detail = fmt.Sprintf("mass-reclaim guard: this sweep would reclaim %d of the %d records without proof of death (limit %d, %g of the records); waiting for a person",
+				len(unproven), held, v.GuardLimit, p.MaxReclaimFraction)
 			d.Obs.Verdict = d.Reason
 		}
 	}
@@ -187,13 +237,22 @@ func decideOne(p Policy, c Candidate, cri CRIView, api APIView, now time.Time) D
 	d.Obs.Misses = min(d.Obs.Misses+1, max(p.Misses, 1))
 	absentFor := now.Sub(d.Obs.FirstMissed)
 	age := now.Sub(r.Created)
+	if proof := c.proof(); proof != "" {
+		why := "its netns " + r.Netns + " is gone"
+		if proof == ReclaimPredatesBoot {
+			why = "it was written before the node's last boot"
+		}
+		if absentFor < p.NetnsGrace {
+			return keep("absent", fmt.Sprintf("sandbox absent and %s; absent for %s of the %s --netns-grace", why, absentFor.Round(time.Second), p.NetnsGrace))
+		}
+		d.Action, d.Reason, d.Obs.Verdict = Reclaim, proof, proof
+		d.Detail = fmt.Sprintf("sandbox absent from CRI and %s (proof of death); allocation %s old", why, age.Round(time.Second))
+		return d
+	}
 	if d.Obs.Misses < p.Misses {
 		return keep("absent", fmt.Sprintf("sandbox absent from CRI for %d of %d sweeps", d.Obs.Misses, p.Misses))
 	}
-	reason := ReclaimSandboxAbsent
 	switch {
-	case c.NetnsGone && absentFor >= p.NetnsGrace:
-		reason = ReclaimNetnsGone
 	case absentFor < p.Grace:
 		return keep("absent", fmt.Sprintf("sandbox absent for %s of the %s grace", absentFor.Round(time.Second), p.Grace))
 	case age < p.MinAge:
@@ -207,11 +266,8 @@ func decideOne(p Policy, c Candidate, cri CRIView, api APIView, now time.Time) D
 			return keep("vetoed", fmt.Sprintf("pod %s/%s (uid %s) on this node lists %s", pod.Namespace, pod.Name, pod.UID, r.IP))
 		}
 	}
-	d.Action, d.Reason, d.Obs.Verdict = Reclaim, reason, reason
+	d.Action, d.Reason, d.Obs.Verdict = Reclaim, ReclaimSandboxAbsent, ReclaimSandboxAbsent
 	d.Detail = fmt.Sprintf("sandbox absent from CRI for %d sweeps over %s; allocation %s old", d.Obs.Misses, absentFor.Round(time.Second), age.Round(time.Second))
-	if reason == ReclaimNetnsGone {
-		d.Detail += "; netns " + r.Netns + " is gone"
-	}
 	return d
 }
 

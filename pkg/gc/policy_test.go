@@ -17,7 +17,10 @@ import (
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // testPolicy is the daemon's default policy (docs/contracts.md flags).
-var testPolicy = Policy{Misses: 3, Grace: 2 * time.Minute, MinAge: 5 * time.Minute, NetnsGrace: 30 * time.Second, MaxReclaimFraction: 0.5}
+var testPolicy = Policy{Misses: 3, Grace: 2 * time.Minute, MinAge: 5 * time.Minute, NetnsGrace: 0, MaxReclaimFraction: DefaultMaxReclaimFraction}
+
+// netnsGracePolicy is testPolicy with a 30s --netns-grace.
+var netnsGracePolicy = func() Policy { p := testPolicy; p.NetnsGrace = 30 * time.Second; return p }()
 
 const testPool = 254
 
@@ -93,13 +96,15 @@ func TestDecideTable(t *testing.T) {
 		candidate bool
 	}
 	cases := []struct {
-		name      string
-		rec       *allocator.Record
-		netnsGone bool
-		cri       CRIView
-		api       APIView
-		now       time.Time
-		want      want
+		name         string
+		policy       *Policy // nil: testPolicy
+		rec          *allocator.Record
+		netnsGone    bool
+		predatesBoot bool
+		cri          CRIView
+		api          APIView
+		now          time.Time
+		want         want
 	}{
 		// Listed sandboxes.
 		{name: "ready sandbox is live and resets misses",
@@ -156,19 +161,43 @@ func TestDecideTable(t *testing.T) {
 			rec: prec(func(r *allocator.Record) { r.Obs = allocator.Observation{Misses: 7} }), cri: criAt(late), now: late,
 			want: want{Keep, "absent", 8, late, SandboxAbsent, true}},
 
-		// netns gone.
-		{name: "netns gone: reclaimed after misses and netns-grace though younger than min-age and grace",
-			rec:       prec(func(r *allocator.Record) { r.Created = late.Add(-time.Minute) }, missed(2, late.Add(-30*time.Second))),
+		// Proof of death: the netns is gone, or the record predates the boot.
+		{name: "netns gone: reclaimed at the first miss though younger than min-age and grace",
+			rec:       prec(func(r *allocator.Record) { r.Created = late.Add(-time.Second) }),
 			netnsGone: true, cri: criAt(late), now: late,
-			want: want{Reclaim, ReclaimNetnsGone, 3, late.Add(-30 * time.Second), SandboxAbsent, true}},
-		{name: "netns gone but absent shorter than netns-grace",
+			want: want{Reclaim, ReclaimNetnsGone, 1, late, SandboxAbsent, true}},
+		{name: "netns gone with --netns-grace: kept while absent shorter",
+			policy:    &netnsGracePolicy,
 			rec:       prec(func(r *allocator.Record) { r.Created = late.Add(-time.Minute) }, missed(2, late.Add(-29*time.Second))),
 			netnsGone: true, cri: criAt(late), now: late,
 			want: want{Keep, "absent", 3, late.Add(-29 * time.Second), SandboxAbsent, true}},
-		{name: "netns gone but fewer sweeps than --misses",
-			rec:       prec(func(r *allocator.Record) { r.Created = t0 }, missed(1, t0)),
+		{name: "netns gone with --netns-grace: reclaimed once it elapsed, whatever --misses",
+			policy:    &netnsGracePolicy,
+			rec:       prec(func(r *allocator.Record) { r.Created = late.Add(-time.Minute) }, missed(1, late.Add(-30*time.Second))),
 			netnsGone: true, cri: criAt(late), now: late,
-			want: want{Keep, "absent", 2, t0, SandboxAbsent, true}},
+			want: want{Reclaim, ReclaimNetnsGone, 2, late.Add(-30 * time.Second), SandboxAbsent, true}},
+		{name: "predates boot: reclaimed at the first miss",
+			rec: prec(), predatesBoot: true, cri: criAt(late), now: late,
+			want: want{Reclaim, ReclaimPredatesBoot, 1, late, SandboxAbsent, true}},
+		{name: "predates boot but listed READY: live",
+			rec: prec(), predatesBoot: true, cri: criAt(late, Sandbox{ID: "sb-a", State: SandboxReady}), now: late,
+			want: want{Keep, "live", 0, time.Time{}, SandboxReady, false}},
+		{name: "predates boot but listed NOTREADY: the runtime's to release",
+			rec: prec(), predatesBoot: true, cri: criAt(late, Sandbox{ID: "sb-a", State: SandboxNotReady}), now: late,
+			want: want{Keep, "stale", 0, time.Time{}, SandboxNotReady, false}},
+		{name: "proof is not asked of the API: a pod listing the address does not veto",
+			rec: prec(), netnsGone: true, cri: criAt(late), now: late,
+			api:  apiWith(Pod{UID: "uid-old", Namespace: "default", Name: "web-0", IPs: []netip.Addr{ipA}}),
+			want: want{Reclaim, ReclaimNetnsGone, 1, late, SandboxAbsent, true}},
+		{name: "proof with an unreadable API is still reclaimed",
+			rec: prec(), predatesBoot: true, cri: criAt(late), now: late, api: APIView{Enabled: true},
+			want: want{Reclaim, ReclaimPredatesBoot, 1, late, SandboxAbsent, true}},
+		{name: "proof but created after the CRI list: in flight",
+			rec: prec(func(r *allocator.Record) { r.Created = late.Add(time.Millisecond) }), netnsGone: true, cri: criAt(late), now: late.Add(time.Second),
+			want: want{Keep, "in_flight", 0, time.Time{}, "", false}},
+		{name: "proof but an incomplete CRI answer: nothing",
+			rec: prec(), netnsGone: true, predatesBoot: true, cri: CRIView{Why: "down", ListedAt: late, Sandboxes: map[string]Sandbox{}}, now: late,
+			want: want{Keep, "cri_unavailable", 0, time.Time{}, "", false}},
 
 		// CRI answers that cannot be trusted.
 		{name: "incomplete CRI answer reclaims nothing and keeps the observation",
@@ -229,14 +258,19 @@ func TestDecideTable(t *testing.T) {
 		{name: "clock before the first miss: no reclaim, absence restarts",
 			rec: prec(missed(5, late.Add(time.Hour))), cri: criAt(late), now: late,
 			want: want{Keep, "absent", 6, late, SandboxAbsent, true}},
-		{name: "clock before the first miss with netns gone: no reclaim, absence restarts",
-			rec: prec(missed(5, late.Add(time.Hour))), netnsGone: true, cri: criAt(late), now: late,
+		{name: "clock before the first miss with netns gone and --netns-grace: no reclaim, absence restarts",
+			policy: &netnsGracePolicy,
+			rec:    prec(missed(5, late.Add(time.Hour))), netnsGone: true, cri: criAt(late), now: late,
 			want: want{Keep, "absent", 6, late, SandboxAbsent, true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := *tc.rec
-			d := decide1(testPolicy, Candidate{Record: tc.rec, NetnsGone: tc.netnsGone}, tc.cri, tc.api, tc.now)
+			p := testPolicy
+			if tc.policy != nil {
+				p = *tc.policy
+			}
+			d := decide1(p, Candidate{Record: tc.rec, NetnsGone: tc.netnsGone, PredatesBoot: tc.predatesBoot}, tc.cri, tc.api, tc.now)
 			if d.Action != tc.want.action || d.Reason != tc.want.reason {
 				t.Fatalf("action=%v reason=%q (%s), want action=%v reason=%q", d.Action, d.Reason, d.Detail, tc.want.action, tc.want.reason)
 			}
@@ -318,10 +352,9 @@ func TestDecideTimeline(t *testing.T) {
 		// A record created at late-1s, sweeps every 10s: misses and grace are
 		// met long before the record is 5 minutes old.
 		{"min-age binds", late.Add(-time.Second), false, every(late, 10*time.Second, 40), 30},
-		// netns gone: misses (3 sweeps) and the 30s netns grace, not min-age.
-		{"netns gone", late.Add(-time.Second), true, every(late, 10*time.Second, 40), 3},
-		// netns gone but 5s sweeps: the netns grace binds after misses.
-		{"netns gone, netns-grace binds", late.Add(-time.Second), true, every(late, 5*time.Second, 40), 6},
+		// netns gone: proof of death, reclaimed at the first sweep that
+		// misses it (no misses, grace or min-age).
+		{"netns gone", late.Add(-time.Second), true, every(late, 10*time.Second, 40), 0},
 		// The clock jumps forward by hours between sweeps: time-based
 		// conditions hold at once, but --misses sweeps are still needed.
 		{"clock jumps forward hours", t0, false, []time.Time{late, late.Add(5 * time.Hour), late.Add(5*time.Hour + time.Second), late.Add(5*time.Hour + 2*time.Second)}, 2},
@@ -343,7 +376,7 @@ func TestDecideTimeline(t *testing.T) {
 				if tc.netnsGone {
 					want = ReclaimNetnsGone
 				}
-				if d.Reason != want || d.Obs.Misses < testPolicy.Misses {
+				if d.Reason != want || !tc.netnsGone && d.Obs.Misses < testPolicy.Misses {
 					t.Fatalf("reclaim reason %q misses %d, want %q and >= %d", d.Reason, d.Obs.Misses, want, testPolicy.Misses)
 				}
 			}
@@ -499,24 +532,34 @@ func TestDecideMassReclaimGuard(t *testing.T) {
 	cases := []struct {
 		name     string
 		fraction float64
-		pool     float64
+		held     int // records the network holds
 		leaks    int
 		guarded  bool
 	}{
 		{"above the limit", 0.5, 10, 6, true},
 		{"exactly at the limit", 0.5, 10, 5, false},
 		{"below the limit", 0.5, 10, 4, false},
-		{"whole pool allowed with fraction 1", 1, 10, 10, false},
-		{"tiny fraction refuses a single reclaim", 0.01, 10, 1, true},
+		{"every record allowed with fraction 1", 1, 10, 10, false},
+		{"a tiny fraction still allows one reclaim", 0.01, 10, 1, false},
+		{"a tiny fraction refuses two", 0.01, 10, 2, true},
 		{"exactly at a limit that is inexact in binary (0.57*100)", 0.57, 100, 57, false},
 		{"one above a limit that is inexact in binary", 0.57, 100, 58, true},
 		{"exactly at a limit that is inexact in binary (0.29*100)", 0.29, 100, 29, false},
+		// Wrong socket on a default node: 100 live pods on a /24, none listed.
+		{"every record of a default node at once (wrong socket)", DefaultMaxReclaimFraction, 100, 100, true},
+		{"half of them plus one", DefaultMaxReclaimFraction, 100, 51, true},
+		// Small networks: a lone leak is reclaimed, all of them at once is not.
+		{"lone leak on a one-record network", DefaultMaxReclaimFraction, 1, 1, false},
+		{"one of two records", DefaultMaxReclaimFraction, 2, 1, false},
+		{"both of two records", DefaultMaxReclaimFraction, 2, 2, true},
+		{"one of three records", DefaultMaxReclaimFraction, 3, 1, false},
+		{"two of three records", DefaultMaxReclaimFraction, 3, 2, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPolicy
 			p.MaxReclaimFraction = tc.fraction
-			v := Decide(p, leaks(tc.leaks), tc.pool, view, APIView{}, late)
+			v := Decide(p, leaks(tc.leaks), tc.held, view, APIView{}, late)
 			if v.Guarded != tc.guarded || v.WouldReclaim != tc.leaks {
 				t.Fatalf("Guarded=%v WouldReclaim=%d, want %v and %d", v.Guarded, v.WouldReclaim, tc.guarded, tc.leaks)
 			}

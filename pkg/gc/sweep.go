@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +25,8 @@ type Sweeper struct {
 	Metrics *Metrics
 	Log     *slog.Logger
 	Now     func() time.Time
+	// Boot tells the node's boot time; nil reads <Opts.ProcDir>/stat.
+	Boot BootClock
 
 	mu sync.Mutex // one sweep at a time
 	// exhaustSeen is the exhaustion count last exported per network and range set.
@@ -42,6 +43,31 @@ type Sweeper struct {
 	decoded map[string]*allocator.RecordCache
 	// infoWrites overrides MaxInfoWrites (tests).
 	infoWrites int
+	// bootErr is the last boot-time error logged, to log a new one once.
+	bootErr string
+}
+
+// bootTime is the node's boot time, or zero (no proof by boot) when it
+// cannot be read.
+func (s *Sweeper) bootTime() time.Time {
+	clock := s.Boot
+	if clock == nil {
+		dir := s.Opts.ProcDir
+		if dir == "" {
+			dir = DefaultProcDir
+		}
+		clock = ProcBootClock{Dir: dir}
+	}
+	t, err := clock.BootTime()
+	if err != nil {
+		if msg := err.Error(); msg != s.bootErr {
+			s.bootErr = msg
+			s.Log.Warn("cannot read the node's boot time: records written before a reboot are reclaimed only by the rules without proof", "error", err)
+		}
+		return time.Time{}
+	}
+	s.bootErr = ""
+	return t
 }
 
 func (s *Sweeper) maxInfoWrites() int {
@@ -106,6 +132,11 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	} else {
 		s.forgetRemoved(files)
 	}
+	// The boot time is read before CRI is listed: a committed record written
+	// before the boot cannot belong to a sandbox CRI lists, so it does not
+	// make an empty answer implausible.
+	boot := s.bootTime()
+	probe := s.now()
 	committed := 0
 	var unreadable []*NetworkReport
 	for _, f := range files {
@@ -120,7 +151,7 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 			s.Log.Warn("store skipped this sweep", "network", f.Network, "error", nr.Err)
 		default:
 			for _, r := range nr.Snapshot.Records {
-				if r.State == allocator.StateCommitted {
+				if r.State == allocator.StateCommitted && !PredatesBoot(r.Created, boot, probe) {
 					committed++
 				}
 			}
@@ -151,13 +182,19 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	// Decide without the API first; ask the API server only when something
 	// would be reclaimed (it is the expensive, rarely needed check).
 	api := APIView{}
+	cands := make(map[*NetworkReport][]Candidate, len(rep.Networks))
+	for _, nr := range rep.Networks {
+		if nr.Snapshot != nil && nr.Err == nil {
+			cands[nr] = s.candidates(nr.Snapshot, view, boot, now)
+		}
+	}
 	decide := func() bool {
 		any := false
 		for _, nr := range rep.Networks {
 			if nr.Snapshot == nil || nr.Err != nil {
 				continue
 			}
-			nr.Verdict = Decide(PolicyFromOptions(s.Opts), s.candidates(nr.Snapshot, view), nr.Snapshot.PoolSize(), view, api, now)
+			nr.Verdict = Decide(PolicyFromOptions(s.Opts), cands[nr], nr.Snapshot.Held(), view, api, now)
 			any = any || nr.Verdict.WouldReclaim > 0
 		}
 		return any
@@ -248,28 +285,62 @@ func (s *Sweeper) cacheRanges(network string, sets []allocator.StoredRangeSet) {
 	s.rangeCache[network] = sets
 }
 
-// candidates pairs each record with whether its netns is provably gone. Only a
-// record CRI does not list needs that fact; only a path under --netns-dir is
-// judged, and only while that directory is visible (a missing mount must not
-// make every netns look gone).
-func (s *Sweeper) candidates(snap *Snapshot, view CRIView) []Candidate {
-	dirVisible := false
-	if fi, err := os.Stat(s.Opts.NetnsDir); err == nil && fi.IsDir() {
-		dirVisible = true
+// candidates pairs each record CRI does not list with its proof of death, if
+// any. Only a netns path under a trusted --netns-dir (NetnsDirTrusted) is
+// judged; a record written before the boot is proven dead unless its netns
+// path still exists.
+func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) []Candidate {
+	dir := s.Opts.NetnsDir
+	facts := NetnsFacts{}
+	if f, err := os.Open(dir); err == nil {
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			names, err := f.Readdirnames(1)
+			facts.Visible = err == nil || errors.Is(err, io.EOF)
+			facts.Entries = len(names)
+		}
+		f.Close()
 	}
-	prefix := filepath.Clean(s.Opts.NetnsDir) + "/"
+	if facts.Visible {
+		for _, r := range snap.Records {
+			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && netnsUnder(r.Netns, dir) && netnsMissing(r.Netns) {
+				facts.LiveMissing++
+			}
+		}
+	}
+	trusted := NetnsDirTrusted(facts)
+	if facts.Visible && !trusted && facts.LiveMissing > 0 {
+		s.Log.Warn("--netns-dir is not the runtime's: a READY sandbox's netns is missing there, so no missing netns counts as proof of death",
+			"netnsDir", dir, "readySandboxesWithoutNetns", facts.LiveMissing)
+	}
 	out := make([]Candidate, len(snap.Records))
 	// One goroutine: this runs every sweep, and spreading it over every CPU
 	// would take them all from plugin calls at once (it runs on a node).
 	for i, r := range snap.Records {
 		c := Candidate{Record: r}
-		if _, listed := view.Sandboxes[r.ContainerID]; !listed && dirVisible && r.Netns != "" && strings.HasPrefix(filepath.Clean(r.Netns), prefix) {
-			_, err := os.Stat(r.Netns)
-			c.NetnsGone = errors.Is(err, os.ErrNotExist)
+		if _, listed := view.Sandboxes[r.ContainerID]; !listed && view.Complete {
+			if trusted && netnsUnder(r.Netns, dir) {
+				c.NetnsGone = netnsMissing(r.Netns)
+			}
+			if !c.NetnsGone && PredatesBoot(r.Created, boot, now) {
+				c.PredatesBoot = r.Netns == "" || !netnsExists(r.Netns)
+			}
 		}
 		out[i] = c
 	}
 	return out
+}
+
+// netnsMissing reports whether path provably does not exist (any other error
+// proves nothing).
+func netnsMissing(path string) bool {
+	_, err := os.Lstat(path)
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// netnsExists reports whether path exists.
+func netnsExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // fillPendingIPs asks CRI for the addresses of READY sandboxes that hold
@@ -468,11 +539,12 @@ func (s *Sweeper) report(ctx context.Context, nr *NetworkReport, api APIView) {
 		}
 	}
 	if nr.Verdict.Guarded {
-		log.Error("MASS-RECLAIM GUARD: refusing to reclaim; a person must look (hostlease-gc leaks)",
-			"wouldReclaim", nr.Verdict.WouldReclaim, "poolSize", nr.Snapshot.PoolSize(), "maxFraction", s.Opts.MaxReclaimFraction)
+		log.Error("MASS-RECLAIM GUARD: refusing to reclaim without proof of death; a person must look (hostlease-gc leaks)",
+			"wouldReclaim", nr.Verdict.WouldReclaim, "limit", nr.Verdict.GuardLimit, "records", nr.Snapshot.Held(),
+			"maxFraction", s.Opts.MaxReclaimFraction, "provenReclaims", nr.Verdict.Proven)
 		if err := s.Kube.Event(ctx, api, nil, "Warning", "MassReclaimRefused",
-			fmt.Sprintf("hostlease-gc refused to reclaim %d addresses of network %s at once (limit %.0f%% of the pool)",
-				nr.Verdict.WouldReclaim, nr.Network, s.Opts.MaxReclaimFraction*100)); err != nil {
+			fmt.Sprintf("hostlease-gc refused to reclaim %d addresses of network %s at once without proof of death (limit %d of its %d records)",
+				nr.Verdict.WouldReclaim, nr.Network, nr.Verdict.GuardLimit, nr.Snapshot.Held())); err != nil {
 			log.Warn("could not post Event", "error", err)
 		}
 	}

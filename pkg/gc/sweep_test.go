@@ -163,9 +163,18 @@ func newSweepEnv(t *testing.T, mods ...func(*Options)) *sweepEnv {
 	})
 	e.m = NewMetrics(e.reg)
 	e.s = &Sweeper{Opts: o, CRI: e.cri, Kube: NewKube(e.client, "node1"), Metrics: e.m,
-		Log: slog.New(slog.NewTextHandler(e.logs, nil)), Now: func() time.Time { return e.now }}
+		Log: slog.New(slog.NewTextHandler(e.logs, nil)), Now: func() time.Time { return e.now },
+		Boot: fixedBoot{t: t0.Add(-30 * 24 * time.Hour)}}
 	return e
 }
+
+// fixedBoot is a node that booted at t (or whose boot time cannot be read).
+type fixedBoot struct {
+	t   time.Time
+	err error
+}
+
+func (b fixedBoot) BootTime() (time.Time, error) { return b.t, b.err }
 
 // alloc is a plugin ADD for sandbox id (pod default/<id>, UID uid-<id>) made
 // at `at`; requested may name the address.
@@ -331,7 +340,7 @@ func (e *sweepEnv) reclaims(reason string) float64 {
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func TestSweepReclaimsLeaksAfterMisses(t *testing.T) {
-	e := newSweepEnv(t)
+	e := newSweepEnv(t, func(o *Options) { o.MaxReclaimFraction = 1 }) // 2 of 3 records leak
 	created := t0.Add(-time.Hour)
 	live := e.alloc("sb-live", created)
 	leakPod := e.alloc("web-0", created)  // its pod still exists (kubelet retries with a new sandbox)
@@ -1091,7 +1100,12 @@ hostlease_sweeps_total{result="store_error"} 1
 
 // The mass-reclaim guard refuses the whole sweep, alerts, and waits.
 func TestSweepMassReclaimGuard(t *testing.T) {
-	e := newSweepEnv(t, func(o *Options) { o.MaxReclaimFraction = 0.02 }) // 3 of 191
+	// 6 live records and 4 leaks: 10 records, a limit of 3 (then 3 of 9).
+	e := newSweepEnv(t, func(o *Options) { o.MaxReclaimFraction = 0.35 })
+	for i := range 6 {
+		id := fmt.Sprintf("live-%d", i)
+		e.cri.set(id, SandboxReady, e.alloc(id, t0.Add(-time.Hour)).IP)
+	}
 	var leaks []*allocator.Record
 	for i := range 4 {
 		leaks = append(leaks, e.alloc(fmt.Sprintf("job-%d", i), t0.Add(-time.Hour)))
@@ -1103,7 +1117,7 @@ func TestSweepMassReclaimGuard(t *testing.T) {
 		}
 	}
 	nr := e.net(e.sweepAt(t0.Add(3 * time.Minute)))
-	if !nr.Verdict.Guarded || nr.Verdict.WouldReclaim != 4 || len(e.records()) != 4 {
+	if !nr.Verdict.Guarded || nr.Verdict.WouldReclaim != 4 || nr.Verdict.GuardLimit != 3 || len(e.records()) != 10 {
 		t.Fatalf("guard: %+v, %d records left", nr.Verdict, len(e.records()))
 	}
 	if got := e.metric(e.m.ReclaimGuardTripped.WithLabelValues(testNet)); got != 2 {

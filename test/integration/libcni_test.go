@@ -199,9 +199,10 @@ func cniCode(err error) uint {
 //     one libcni has cached (libcni DELs it through the chain) and one it has
 //     never seen, which only hostlease's GC verb can free: bridge v1.9.1 does
 //     not forward GC to its IPAM, so the commit marker entry collects;
-//   - STATUS fails with code 50 once a tiny pool is full (bridge v1.9.1
-//     delegates STATUS to its IPAM), ADD then fails with code 100, STATUS is
-//     fine again after a DEL, and "failStatusOnExhaustion": false keeps it quiet.
+//   - with "failStatusOnExhaustion": true, STATUS fails with code 50 once a
+//     tiny pool is full (bridge v1.9.1 delegates STATUS to its IPAM), ADD then
+//     fails with code 100, STATUS is fine again after a DEL; by default
+//     (the option unset) STATUS stays quiet on a full pool.
 func TestLibcniBridgeChain(t *testing.T) {
 	requireRoot(t)
 	rig := newCNIRig(t)
@@ -307,10 +308,10 @@ func TestLibcniBridgeChain(t *testing.T) {
 		tinyNet := "hlit-tiny-" + randHex(3)
 		// 10.78.0.0/30: .1 is the gateway, .2 the only allocatable address.
 		tiny := conflist(t, tinyNet,
-			bridgePlugin("hlbr"+randHex(3), tinyDir, "10.78.0.0/30", nil),
+			bridgePlugin("hlbr"+randHex(3), tinyDir, "10.78.0.0/30", map[string]any{"failStatusOnExhaustion": true}),
 			map[string]any{"type": "hostlease", "dataDir": tinyDir})
 		quiet := conflist(t, tinyNet,
-			bridgePlugin("hlbr"+randHex(3), tinyDir, "10.78.0.0/30", map[string]any{"failStatusOnExhaustion": false}),
+			bridgePlugin("hlbr"+randHex(3), tinyDir, "10.78.0.0/30", nil),
 			map[string]any{"type": "hostlease", "dataDir": tinyDir})
 		p1 := podRT("sandbox-t1-"+randHex(8), pod.path, "eth5", "tiny-1")
 		p2 := podRT("sandbox-t2-"+randHex(8), pod.path, "eth6", "tiny-2")
@@ -331,7 +332,7 @@ func TestLibcniBridgeChain(t *testing.T) {
 			t.Logf("STATUS on a full pool (through bridge): %v", err)
 		}
 		if err := rig.status(quiet); err != nil {
-			t.Errorf("STATUS with failStatusOnExhaustion false on a full pool: %v", err)
+			t.Errorf("STATUS with failStatusOnExhaustion unset (default off) on a full pool: %v", err)
 		}
 		_, err = rig.add(tiny, p2)
 		if cniCode(err) != allocator.ErrRangeExhausted || !strings.Contains(err.Error(), "no IP addresses available in range set") {

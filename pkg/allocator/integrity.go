@@ -1,0 +1,370 @@
+package allocator
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Records are the truth; everything else in a store is derived from them:
+// the taken bitmap (what ADD reads to choose an address), the owner index
+// (what DEL, CHECK and the commit marker read to find an attachment's
+// records), the imported index and the records count in meta. Every write
+// keeps them in step, but bit rot, a bad restore or a bug can make one
+// disagree. The rules, and what they cost on the hot path:
+//
+//   - ADD never writes an address that has a record. The bitmap is trusted
+//     to choose a candidate; the candidate alone is then checked against
+//     allocs (one lookup on the page the write touches anyway). A record
+//     there means the bitmap is wrong: both indexes are rebuilt from the
+//     records (RepairIndexes, audited and returned by Repairs) and the choice
+//     is made again. Tx.Put refuses to overwrite another owner's record.
+//   - An attachment holding nothing is only believed when the indexes agree
+//     with the records count: Held looks in the owner index first (the common
+//     DEL finds its records there and pays nothing more); when it finds
+//     nothing, it compares the count in meta with the owner index's entries
+//     (bbolt's page headers: no record is read) and the bitmap's bits. Only
+//     a disagreement makes it read every record; in a write transaction it
+//     then repairs the indexes, so the next call is fast again.
+//   - A record that does not decode is quarantined, never fatal: its address
+//     stays reserved (its bit stays set; ADD's check sees its key), reads
+//     skip it and note it (DamagedSeen), DamagedRecords lists all of them,
+//     ReleaseIP frees one on an operator's request.
+
+// Audit actions (AuditEvent.Action) written by this package. The daemon
+// counts AuditIndexRepair events to export index repairs.
+const (
+	AuditRelease        = "release"
+	AuditGC             = "gc"
+	AuditImport         = "import"
+	AuditManualRelease  = "manual-release"
+	AuditIndexRepair    = "index-repair"
+	AuditDamagedRelease = "damaged-release"
+	// AuditHostLocalGone: an imported host-local reservation whose file
+	// host-local's own DEL removed since (ReleaseVanishedHostLocal).
+	AuditHostLocalGone = "hostlocal-gone"
+	// AuditDamagedEntry stands for an audit entry that does not decode in
+	// AuditLog's answer.
+	AuditDamagedEntry = "damaged-entry"
+)
+
+// SourceHostLocal is Record.Source for a record imported from host-local.
+const SourceHostLocal = "host-local"
+
+// ErrDamagedValue wraps the error of a stored value other than a record
+// (range sets, ...) that does not decode.
+var ErrDamagedValue = errors.New("damaged stored value")
+
+// DamagedRecord is a record whose stored value does not decode. Its address
+// stays reserved until an operator releases it (ReleaseIP).
+type DamagedRecord struct {
+	// IP is the address its key names (invalid if the key is damaged too).
+	IP netip.Addr
+	// Err says why the value does not decode.
+	Err error
+	// Raw is a copy of the stored value.
+	Raw []byte
+	// ContainerID and IfName are the owner as far as the value could be read
+	// before the damage ("" when not reached): a hint for humans and logs,
+	// never used to release.
+	ContainerID, IfName string
+}
+
+func newDamaged(key, raw []byte, err error) DamagedRecord {
+	ip, _ := keyAddr(key)
+	d := DamagedRecord{IP: ip, Err: err, Raw: bytes.Clone(raw)}
+	d.ContainerID, d.IfName = salvageOwner(raw)
+	return d
+}
+
+// salvageOwner reads a binary record's owner fields as far as they are
+// intact (they come fifth and sixth; see appendRecord).
+func salvageOwner(raw []byte) (containerID, ifname string) {
+	if isJSON(raw) {
+		return "", ""
+	}
+	d := newDec(raw)
+	d.addr()
+	d.smallInt()
+	d.addr()
+	d.smallInt()
+	id := d.str()
+	if d.err != nil {
+		return "", ""
+	}
+	name := d.str()
+	if d.err != nil {
+		return id, ""
+	}
+	return id, name
+}
+
+func (d DamagedRecord) String() string {
+	s := fmt.Sprintf("damaged record at %s: %v", d.IP, d.Err)
+	if d.ContainerID != "" {
+		s += fmt.Sprintf(" (readable owner: container %s ifname %q)", d.ContainerID, d.IfName)
+	}
+	return s
+}
+
+// noteDamaged remembers d for DamagedSeen, once per address.
+func (tx *Tx) noteDamaged(d DamagedRecord) {
+	for _, o := range tx.damagedSeen {
+		if o.IP == d.IP && bytes.Equal(o.Raw, d.Raw) {
+			return
+		}
+	}
+	tx.damagedSeen = append(tx.damagedSeen, d)
+}
+
+// DamagedSeen returns the damaged records this transaction met so far (reads
+// skip them); callers log them.
+func (tx *Tx) DamagedSeen() []DamagedRecord { return tx.damagedSeen }
+
+// Repairs returns the index repairs this transaction made; callers log them
+// (each is also in the audit log as AuditIndexRepair).
+func (tx *Tx) Repairs() []IndexRepair { return tx.repairs }
+
+// DamagedRecords reads every record and returns those that do not decode, in
+// address order.
+func (tx *Tx) DamagedRecords() []DamagedRecord {
+	var out []DamagedRecord
+	_ = tx.allocs.ForEach(func(k, v []byte) error {
+		if _, err := decodeRecord(v); err != nil {
+			out = append(out, newDamaged(k, v, err))
+		}
+		return nil
+	})
+	return out
+}
+
+// IndexRepair is what a comparison of the indexes with the records found
+// (VerifyIndexes) or fixed (RepairIndexes).
+type IndexRepair struct {
+	Why     string // what made the caller look
+	Records int    // records in allocs
+	// BitsSet: records whose bit was clear; BitsCleared: bits with no record.
+	BitsSet, BitsCleared int
+	// OwnerAdded: records missing from the owner index; OwnerRemoved: index
+	// entries that name no record of theirs.
+	OwnerAdded, OwnerRemoved int
+	// CountWas is the records count meta held (-1: absent or damaged).
+	CountWas int
+}
+
+// Changed reports whether any index disagreed with the records.
+func (r IndexRepair) Changed() bool {
+	return r.BitsSet+r.BitsCleared+r.OwnerAdded+r.OwnerRemoved > 0 || r.CountWas != r.Records
+}
+
+func (r IndexRepair) String() string {
+	return fmt.Sprintf("%s: %d records; taken bitmap: %d bits set, %d cleared; owner index: %d entries added, %d removed; records count was %d",
+		r.Why, r.Records, r.BitsSet, r.BitsCleared, r.OwnerAdded, r.OwnerRemoved, r.CountWas)
+}
+
+// indexesAgree is the cheap check behind Held: the records count in meta
+// equals both the owner index's entries and the bitmap's bits. It reads the
+// owner index's page headers and the bitmap's blocks, never a record.
+func (tx *Tx) indexesAgree() bool {
+	n, ok := tx.recordCount()
+	if !ok || tx.owners == nil || tx.taken == nil {
+		return false
+	}
+	return tx.owners.Stats().KeyN == n && takenBits{tx.taken}.count() == n
+}
+
+// damagedOwner is the owner under which the owner index lists a damaged
+// record whose owner cannot be read, so that every record has exactly one
+// entry (the counts in indexesAgree stay equal). No attachment has an empty
+// container ID.
+var damagedOwner = [2]string{"", ""}
+
+// VerifyIndexes compares the indexes with the records without writing.
+func (tx *Tx) VerifyIndexes() IndexRepair { return tx.compareIndexes("verify", false) }
+
+// RepairIndexes makes the taken bitmap, the owner index and the records
+// count agree with the records, and reports what it changed. A change is
+// audited (AuditIndexRepair) and kept for Repairs. It reads every record.
+func (tx *Tx) RepairIndexes(why string, now time.Time) (IndexRepair, error) {
+	r := tx.compareIndexes(why, true)
+	if tx.err != nil {
+		err := tx.err
+		tx.err = nil
+		return r, err
+	}
+	if !r.Changed() {
+		return r, nil
+	}
+	tx.repairs = append(tx.repairs, r)
+	return r, tx.Audit(AuditEvent{Time: now, Action: AuditIndexRepair, Reason: r.String(), By: "hostlease"})
+}
+
+// compareIndexes does VerifyIndexes and, with fix, RepairIndexes' writes
+// (the first write error is left in tx.err).
+func (tx *Tx) compareIndexes(why string, fix bool) IndexRepair {
+	rep := IndexRepair{Why: why, CountWas: -1}
+	if n, ok := tx.recordCount(); ok {
+		rep.CountWas = n
+	}
+	write := func(err error) {
+		if err != nil && tx.err == nil {
+			tx.err = err
+		}
+	}
+	keys := map[string]bool{}    // addrKey of every record with a valid address
+	owners := map[string]bool{}  // owner index keys the records call for
+	var missingBits []netip.Addr // records whose bit is clear
+	var missingOwners [][]byte   // owner index keys to add
+	_ = tx.allocs.ForEach(func(k, v []byte) error {
+		rep.Records++
+		ip, ok := keyAddr(k)
+		if ok {
+			keys[string(k)] = true
+			if tx.taken != nil && !(takenBits{tx.taken}).has(ip) {
+				missingBits = append(missingBits, ip)
+			}
+		}
+		owner := damagedOwner
+		if r, err := decodeRecord(v); err == nil {
+			owner = [2]string{r.ContainerID, r.IfName}
+		} else if id, ifname := salvageOwner(v); id != "" {
+			owner = [2]string{id, ifname}
+		}
+		ok2 := append(ownerPrefix(owner[0], owner[1]), k...)
+		owners[string(ok2)] = true
+		if tx.owners != nil && tx.owners.Get(ok2) == nil {
+			missingOwners = append(missingOwners, ok2)
+		}
+		return nil
+	})
+	var strayBits []netip.Addr
+	if tx.taken != nil {
+		it := takenBits{tx.taken}.iter()
+		for a, ok := it.Seek(netip.IPv4Unspecified()); ok; a, ok = it.Next() {
+			if !keys[string(addrKey(a))] {
+				strayBits = append(strayBits, a)
+			}
+		}
+		for a, ok := it.Seek(netip.IPv6Unspecified()); ok; a, ok = it.Next() {
+			if !keys[string(addrKey(a))] {
+				strayBits = append(strayBits, a)
+			}
+		}
+	}
+	var strayOwners [][]byte
+	if tx.owners != nil {
+		_ = tx.owners.ForEach(func(k, _ []byte) error {
+			if !owners[string(k)] {
+				strayOwners = append(strayOwners, bytes.Clone(k))
+			}
+			return nil
+		})
+	}
+	rep.BitsSet, rep.BitsCleared = len(missingBits), len(strayBits)
+	rep.OwnerAdded, rep.OwnerRemoved = len(missingOwners), len(strayOwners)
+	if !fix {
+		return rep
+	}
+	for _, a := range missingBits {
+		write(takenBits{tx.taken}.set(a, true))
+	}
+	for _, a := range strayBits {
+		write(takenBits{tx.taken}.set(a, false))
+	}
+	for _, k := range missingOwners {
+		write(tx.owners.Put(k, nil))
+	}
+	for _, k := range strayOwners {
+		write(tx.owners.Delete(k))
+	}
+	if rep.CountWas != rep.Records {
+		write(tx.setRecordCount(rep.Records))
+	}
+	return rep
+}
+
+// Released is what ReleaseIP freed: a record, a damaged record, or nothing.
+type Released struct {
+	Record  *Record
+	Damaged *DamagedRecord
+}
+
+// ReleaseIP frees the address ip whatever holds it, a healthy record or a
+// damaged one, and audits it (AuditManualRelease or AuditDamagedRelease,
+// with reason and by). An address without a record releases nothing.
+func ReleaseIP(tx *Tx, ip netip.Addr, reason, by string, now time.Time) (Released, error) {
+	r, d := tx.Lookup(ip)
+	switch {
+	case r != nil:
+		return Released{Record: r}, releaseRecord(tx, r, AuditManualRelease, reason, by, now)
+	case d != nil:
+		if err := tx.deleteDamaged(addrKey(ip), ip); err != nil {
+			return Released{}, err
+		}
+		return Released{Damaged: d}, tx.Audit(AuditEvent{Time: now, Action: AuditDamagedRelease,
+			Reason: strings.TrimSpace(reason + " (record did not decode: " + d.Err.Error() + ")"),
+			IP:     ip, ContainerID: d.ContainerID, IfName: d.IfName, By: by})
+	}
+	return Released{}, nil
+}
+
+// HasImported reports whether records imported from host-local are still held
+// (one cursor step).
+func (tx *Tx) HasImported() bool {
+	if tx.imported == nil {
+		return false
+	}
+	k, _ := tx.imported.Cursor().First()
+	return k != nil
+}
+
+// ReleaseVanishedHostLocal releases every record imported from host-local
+// whose reservation file (dir/<ip>, dir being HostLocalDir of the network) has
+// been removed since: host-local's own DEL did that, run by a runtime that
+// still holds the network's host-local config in its cache (podman after a
+// switch to hostlease), so the container is gone. Each is audited
+// (AuditHostLocalGone). It costs one cursor step while nothing imported is
+// held, one lstat per imported record otherwise. A missing dir releases
+// nothing (it proves nothing about single containers). ADD calls it; the
+// daemon may too.
+func ReleaseVanishedHostLocal(tx *Tx, dir string, now time.Time) ([]*Record, error) {
+	if !tx.HasImported() {
+		return nil, nil
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, nil
+	}
+	var keys [][]byte
+	_ = tx.imported.ForEach(func(k, _ []byte) error {
+		keys = append(keys, bytes.Clone(k))
+		return nil
+	})
+	var out []*Record
+	for _, k := range keys {
+		ip, ok := keyAddr(k)
+		r, d := tx.Lookup(ip)
+		if !ok || d != nil {
+			continue // damaged: left to the operator
+		}
+		if r == nil || r.Source != SourceHostLocal {
+			if err := tx.imported.Delete(k); err != nil { // released or re-allocated since
+				return out, err
+			}
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dir, hostLocalFileName(ip))); !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := releaseRecord(tx, r, AuditHostLocalGone,
+			"host-local reservation file removed (host-local DEL)", "plugin", now); err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

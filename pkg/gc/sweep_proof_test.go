@@ -1,0 +1,206 @@
+package gc
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// touchNetns creates a netns file under the env's --netns-dir.
+func (e *sweepEnv) touchNetns(name string) string {
+	e.t.Helper()
+	p := filepath.Join(e.netns, name)
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// A leak whose netns is gone from a trusted --netns-dir is reclaimed by the
+// first sweep that misses its sandbox, however young; without that proof the
+// same leak waits for --misses, --grace and --min-age.
+func TestSweepProofNetnsGoneAtOnce(t *testing.T) {
+	e := newSweepEnv(t, func(o *Options) { o.NetnsGrace = 0 })
+	live := e.allocNetns("sb-live", t0.Add(-time.Hour), e.touchNetns("cni-live"))
+	e.cri.set("sb-live", SandboxReady, live.IP)
+	young := t0.Add(-time.Second)
+	gone := e.allocNetns("sb-gone", young, filepath.Join(e.netns, "cni-gone"))
+	noNetns := e.alloc("sb-nonetns", young)
+
+	nr := e.net(e.sweepAt(t0))
+	if len(nr.Reclaimed) != 1 || nr.Reclaimed[0].IP != gone.IP {
+		t.Fatalf("first sweep reclaimed %v, want only %s", nr.Reclaimed, gone.IP)
+	}
+	if d := decisionFor(nr.Verdict, gone); d.Reason != ReclaimNetnsGone || !strings.Contains(d.Detail, "proof of death") {
+		t.Fatalf("decision %+v", d)
+	}
+	recs := e.records()
+	if recs[live.IP] == nil || recs[noNetns.IP] == nil || recs[gone.IP] != nil {
+		t.Fatalf("store: %v", recs)
+	}
+	if got := e.reclaims(ReclaimNetnsGone); got != 1 {
+		t.Fatalf("reclaims{netns_gone} = %v", got)
+	}
+	if got := recs[noNetns.IP].Obs.Verdict; got != "absent" {
+		t.Fatalf("record without proof: verdict %q, want absent (waits for --misses)", got)
+	}
+}
+
+// A missing netns proves nothing when --netns-dir cannot be the runtime's: it
+// is empty (what an unmounted host directory looks like), or a READY
+// sandbox's netns is missing there too.
+func TestSweepNetnsDirNotTrusted(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(e *sweepEnv)
+	}{
+		{"empty netns dir", func(e *sweepEnv) {}},
+		{"a READY sandbox's netns is missing", func(e *sweepEnv) {
+			e.touchNetns("cni-unrelated")
+			live := e.allocNetns("sb-live", t0.Add(-time.Hour), filepath.Join(e.netns, "cni-live"))
+			e.cri.set("sb-live", SandboxReady, live.IP)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSweepEnv(t, func(o *Options) { o.NetnsGrace = 0; o.MaxReclaimFraction = 1 })
+			tc.setup(e)
+			leak := e.allocNetns("sb-gone", t0.Add(-time.Second), filepath.Join(e.netns, "cni-gone"))
+			for i := range 2 {
+				if nr := e.net(e.sweepAt(t0.Add(time.Duration(i) * time.Second))); len(nr.Reclaimed) != 0 {
+					t.Fatalf("sweep %d reclaimed %v without trustworthy proof", i, nr.Reclaimed)
+				}
+			}
+			if e.records()[leak.IP] == nil {
+				t.Fatal("leak gone")
+			}
+		})
+	}
+}
+
+// A node rebooted with a persistent data dir: every record written before the
+// boot whose sandbox CRI does not list is reclaimed by the first sweep, all at
+// once (no guard), while the pods started since keep theirs. Without a
+// readable boot time the same records wait for the rules without proof.
+func TestSweepRebootReclaimsStaleAtOnce(t *testing.T) {
+	for _, readable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("boot time readable %v", readable), func(t *testing.T) {
+			e := newSweepEnv(t, func(o *Options) { o.NetnsDir = filepath.Join(t.TempDir(), "none"); o.NetnsGrace = 0 })
+			boot := t0.Add(-10 * time.Minute)
+			e.s.Boot = fixedBoot{t: boot}
+			if !readable {
+				e.s.Boot = fixedBoot{err: errors.New("no /proc")}
+			}
+			var stale []*allocator.Record
+			for i := range 20 {
+				stale = append(stale, e.alloc(fmt.Sprintf("old-%d", i), boot.Add(-time.Hour)))
+			}
+			var live []*allocator.Record
+			for i := range 3 {
+				id := fmt.Sprintf("new-%d", i)
+				r := e.alloc(id, boot.Add(time.Minute))
+				e.cri.set(id, SandboxReady, r.IP)
+				live = append(live, r)
+			}
+			nr := e.net(e.sweepAt(t0))
+			if !readable {
+				if len(nr.Reclaimed) != 0 {
+					t.Fatalf("reclaimed %d without proof at the first sweep", len(nr.Reclaimed))
+				}
+				return
+			}
+			if len(nr.Reclaimed) != len(stale) || nr.Verdict.Guarded {
+				t.Fatalf("reclaimed %d (guarded %v), want all %d stale", len(nr.Reclaimed), nr.Verdict.Guarded, len(stale))
+			}
+			recs := e.records()
+			for _, r := range live {
+				if recs[r.IP] == nil {
+					t.Fatalf("live %s reclaimed", r.IP)
+				}
+			}
+			if len(recs) != len(live) {
+				t.Fatalf("%d records left, want %d", len(recs), len(live))
+			}
+			if got := e.reclaims(ReclaimPredatesBoot); got != float64(len(stale)) {
+				t.Fatalf("reclaims{predates_boot} = %v", got)
+			}
+		})
+	}
+}
+
+// After a reboot the runtime may list nothing at all: with every committed
+// record written before the boot that answer is plausible, and the stale
+// records are reclaimed; a committed record written since keeps the empty
+// answer implausible (nothing reclaimed).
+func TestSweepRebootEmptyRuntime(t *testing.T) {
+	for _, sinceBoot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("a committed record since the boot %v", sinceBoot), func(t *testing.T) {
+			e := newSweepEnv(t, func(o *Options) { o.NetnsDir = filepath.Join(t.TempDir(), "none"); o.NetnsGrace = 0 })
+			boot := t0.Add(-10 * time.Minute)
+			e.s.Boot = fixedBoot{t: boot}
+			for i := range 5 {
+				e.alloc(fmt.Sprintf("old-%d", i), boot.Add(-time.Hour))
+			}
+			e.update(func(tx *allocator.Tx) error {
+				return tx.ForEach(func(r *allocator.Record) error {
+					r.State = allocator.StateCommitted
+					return tx.Put(r)
+				})
+			})
+			if sinceBoot {
+				id := "new"
+				e.alloc(id, boot.Add(time.Minute))
+				e.update(func(tx *allocator.Tx) error { _, err := allocator.Commit(tx, id, "eth0", t0); return err })
+			}
+			rep := e.sweepAt(t0)
+			nr := e.net(rep)
+			if sinceBoot {
+				if rep.CRI.Complete || len(nr.Reclaimed) != 0 {
+					t.Fatalf("empty answer with a committed record since the boot: complete %v reclaimed %d", rep.CRI.Complete, len(nr.Reclaimed))
+				}
+				return
+			}
+			if !rep.CRI.Complete || len(nr.Reclaimed) != 5 {
+				t.Fatalf("complete %v (%s) reclaimed %d, want 5", rep.CRI.Complete, rep.CRI.Why, len(nr.Reclaimed))
+			}
+		})
+	}
+}
+
+// A daemon pointed at a wrong socket on a default node: the runtime answers
+// with sandboxes that are none of ours while 100 pods hold addresses of a
+// /24. However long it runs, it reclaims nothing and trips the guard.
+func TestSweepWrongSocketReclaimsNothing(t *testing.T) {
+	e := newSweepEnv(t)
+	e.ranges = []allocator.StoredRangeSet{{Ranges: []allocator.StoredRange{{
+		Subnet: netip.MustParsePrefix("10.1.0.0/24"), Start: netip.MustParseAddr("10.1.0.1"),
+		End: netip.MustParseAddr("10.1.0.254"), Gateway: netip.MustParseAddr("10.1.0.1"),
+	}}}}
+	for i := range 100 {
+		id := fmt.Sprintf("pod-%d", i)
+		e.allocNetns(id, t0.Add(-time.Hour), e.touchNetns("cni-"+id))
+	}
+	e.cri.set("someone-elses", SandboxReady, netip.MustParseAddr("192.168.9.9"))
+	for i := range 6 {
+		nr := e.net(e.sweepAt(t0.Add(time.Duration(i) * 10 * time.Minute)))
+		if len(nr.Reclaimed) != 0 {
+			t.Fatalf("sweep %d reclaimed %d live addresses", i, len(nr.Reclaimed))
+		}
+	}
+	if n := len(e.records()); n != 100 {
+		t.Fatalf("%d records left, want 100", n)
+	}
+	if got := e.metric(e.m.ReclaimGuardTripped.WithLabelValues(testNet)); got < 1 {
+		t.Fatalf("guard never tripped")
+	}
+	if !strings.Contains(e.logs.String(), "MASS-RECLAIM GUARD") {
+		t.Fatalf("no guard log:\n%s", e.logs.String())
+	}
+}
