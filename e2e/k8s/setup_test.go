@@ -134,11 +134,12 @@ spec:
     spec:
       terminationGracePeriodSeconds: 1
       automountServiceAccountToken: false
+      nodeSelector: {kubernetes.io/hostname: %[5]s}
       containers:
       - name: pause
         image: %[4]s
         imagePullPolicy: Never
-`, ns, name, replicas, harness.PauseImage)
+`, ns, name, replicas, pauseImage(), NodeName)
 }
 
 // deleteNamespace deletes ns and waits until its pods are gone from CRI
@@ -176,3 +177,6 @@ func fileMode(t *testing.T, p string) os.FileMode {
 	}
 	return st.Mode()
 }
+
+// pauseImage is the image every test pod runs (imported with the node).
+func pauseImage() string { return harness.PauseImage }
