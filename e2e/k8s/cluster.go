@@ -720,6 +720,14 @@ func (c *Cluster) removeAllSandboxes() {
 func teardownRoot(bridges, networks, created []string, logf func(string, ...any)) {
 	all := append([]string{NodeBridge}, bridges...)
 	harness.TeardownDir(Root, Socket, RuncRoot, CgroupRoot, all, networks, logf)
+	// kubelet links every container log into /var/log/containers, whatever
+	// podLogsDir says: remove the links into ours.
+	links, _ := filepath.Glob("/var/log/containers/*")
+	for _, l := range links {
+		if dst, err := os.Readlink(l); err == nil && strings.HasPrefix(dst, PodLogsDir+"/") {
+			_ = os.Remove(l)
+		}
+	}
 	for _, d := range created {
 		if err := os.RemoveAll(d); err != nil {
 			logf("remove %s: %v", d, err)

@@ -88,6 +88,9 @@ func ensureInstalled(t *testing.T, c *Cluster) {
 	if out, err := c.Kubectl("apply", "-k", filepath.Join(root, "e2e", "k8s", "overlay")); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	if out, err := c.Kubectl("-n", SysNamespace, "rollout", "status", "daemonset/"+DaemonSetName, "--timeout=3m"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
 	waitUntil(t, 3*time.Minute, "DaemonSet hostlease-gc Ready on the node", func() (bool, string) {
 		out, err := c.Kubectl("-n", SysNamespace, "get", "ds", DaemonSetName, "-o",
 			"jsonpath={.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}")

@@ -165,14 +165,20 @@ func (k *Kube) View(ctx context.Context) APIView {
 }
 
 // Event records a reclaim (or a refused sweep) as a Kubernetes Event: on the
-// record's pod when it still exists, otherwise on this node. Failing to post
-// an Event never stops a sweep.
+// record's pod when it still exists (as the sweep's view, or else the
+// informer, knows), otherwise on this node. Failing to post an Event never
+// stops a sweep.
 func (k *Kube) Event(ctx context.Context, api APIView, r *allocator.Record, eventType, reason, msg string) error {
 	if k == nil {
 		return nil
 	}
 	ref := corev1.ObjectReference{Kind: "Node", Name: k.node, APIVersion: "v1"}
 	ns := metav1.NamespaceDefault
+	if r != nil && r.PodUID != "" && !api.Available {
+		// A reclaim with proof of death is decided without the API; whether
+		// the pod still exists comes from the same node-filtered informer.
+		api = k.View(ctx)
+	}
 	if r != nil {
 		if pod, ok := api.PodsByUID[r.PodUID]; ok && r.PodUID != "" {
 			ref = corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: k8stypes.UID(pod.UID), APIVersion: "v1"}

@@ -14,6 +14,8 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // waitObserved waits until the informer (when started) holds p as written:
@@ -102,5 +104,40 @@ func TestKubeViewUnavailableUntilListed(t *testing.T) {
 	defer k.Close()
 	if v := k.View(context.Background()); !v.Enabled || v.Available {
 		t.Fatalf("view %+v while the LIST fails, want enabled and unavailable", v)
+	}
+}
+
+// A reclaim decided without the API (proof of death) still gets its Event on
+// the pod while the pod exists, and on the node once it is gone.
+func TestKubeEventOnPodWithoutSweepView(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "shop", UID: "uid-1"},
+		Spec: corev1.PodSpec{NodeName: "node1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	if _, err := client.CoreV1().Pods("shop").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k := NewKube(client, "node1")
+	defer k.Close()
+	rec := &allocator.Record{PodNamespace: "shop", PodName: "web-0", PodUID: "uid-1"}
+	if err := k.Event(ctx, APIView{}, rec, "Normal", "AddressReclaimed", "m"); err != nil {
+		t.Fatal(err)
+	}
+	gone := &allocator.Record{PodNamespace: "shop", PodName: "web-1", PodUID: "uid-2"}
+	if err := k.Event(ctx, APIView{}, gone, "Normal", "AddressReclaimed", "m"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ns := range []string{"shop", "default"} {
+		l, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range l.Items {
+			got = append(got, e.Namespace+":"+e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name)
+		}
+	}
+	if want := []string{"shop:Pod/web-0", "default:Node/node1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("events %v, want %v", got, want)
 	}
 }
