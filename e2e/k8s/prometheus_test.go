@@ -21,8 +21,9 @@ import (
 const promAddr = "127.0.0.1:19090"
 
 // startPrometheus runs the machine's Prometheus (Debian package
-// `prometheus`) with deploy/prometheus's scrape job (kubernetes_sd against
-// this cluster, through the admin kubeconfig) and rules, evaluating every 5s.
+// `prometheus`) with deploy/prometheus's scrape job (its pod discovery
+// replaced by the DaemonSet pod as a static target) and rules, evaluating
+// every 5s.
 // It is stopped by PID at the end of the test.
 func startPrometheus(t *testing.T, c *Cluster) {
 	t.Helper()
@@ -46,10 +47,18 @@ func startPrometheus(t *testing.T, c *Cluster) {
 	// and intervals short enough for a test.
 	cfg["global"] = map[string]any{"scrape_interval": "5s", "evaluation_interval": "5s"}
 	cfg["rule_files"] = []string{filepath.Join(root, "deploy", "prometheus", "hostlease-rules.yaml")}
+	// Debian's prometheus is built without Kubernetes service discovery
+	// ("field kubernetes_sd_configs not found"): the job's pod discovery and
+	// relabeling become one static target, the DaemonSet pod's metrics port,
+	// with the labels that relabeling gives it.
 	for _, sc := range cfg["scrape_configs"].([]any) {
-		for _, sd := range sc.(map[string]any)["kubernetes_sd_configs"].([]any) {
-			sd.(map[string]any)["kubeconfig_file"] = c.Kubeconfig
-		}
+		job := sc.(map[string]any)
+		delete(job, "kubernetes_sd_configs")
+		delete(job, "relabel_configs")
+		job["static_configs"] = []any{map[string]any{
+			"targets": []string{fmt.Sprintf("%s:%d", NodeIP, MetricsPort)},
+			"labels":  map[string]string{"node": NodeName, "namespace": SysNamespace, "pod": gcPod(t, c)},
+		}}
 	}
 	out, _ := yaml.Marshal(cfg)
 	dir := filepath.Join(Root, "prometheus")

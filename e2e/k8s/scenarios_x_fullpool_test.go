@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -127,13 +128,15 @@ func fakeNode(t *testing.T, c *Cluster, name string) (stop func()) {
 	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
+	var renewOnce func() error
 	// Unschedulable and tainted: nothing may run there (there is no kubelet).
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
 		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "hostlease.e2e/no-kubelet", Effect: corev1.TaintEffectNoSchedule}}}}
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	renew := func() error {
+	renew := func() error { return retry.RetryOnConflict(retry.DefaultRetry, renewOnce) }
+	renewOnce = func() error {
 		now := metav1.NowMicro()
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
