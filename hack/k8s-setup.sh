@@ -9,6 +9,7 @@
 #   bin/kube.version                         stamp ($K8S_VERSION)
 #   busybox                                  static busybox (Debian busybox-static)
 #   timings.log                              how long each build took
+#   e2e/                                     hack/e2e-setup.sh's cache for this suite
 # The builds run in throwaway wrapper modules under $CACHE/src: the project's go.mod
 # never requires k8s.io/kubernetes. containerd, the CNI plugins and the pause image
 # come from hack/e2e-setup.sh (run first, same containerd as e2e/).
@@ -42,9 +43,12 @@ if ! flock -n 9; then
 fi
 
 # ---------------------------------------------------------------- e2e base
-# containerd, runc, CNI plugins, pause image: exactly what e2e/ uses.
+# containerd, runc, CNI plugins, pause image: what e2e/ uses, built by the same
+# script into a cache of our own ($HOSTLEASE_CACHE, default $CACHE/e2e; e2e/k8s
+# uses the same), so a rebuild of the shared e2e cache never pulls binaries
+# from under a running node.
 step_e2e() {
-	bash "$REPO/hack/e2e-setup.sh"
+	HOSTLEASE_CACHE=${HOSTLEASE_CACHE:-$CACHE/e2e} bash "$REPO/hack/e2e-setup.sh"
 }
 
 # ---------------------------------------------------------------- busybox

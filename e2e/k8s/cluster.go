@@ -154,6 +154,13 @@ type proc struct {
 // Start brings the cluster up: control plane, then the node (containerd +
 // kubelet), and waits until the Node is registered.
 func Start(logf func(string, ...any)) (c *Cluster, err error) {
+	// containerd, CNI plugins and the pause image come from hack/e2e-setup.sh,
+	// in a cache of this suite's own unless HOSTLEASE_CACHE says otherwise:
+	// another run rebuilding the shared one must not pull binaries from under
+	// a running node.
+	if os.Getenv("HOSTLEASE_CACHE") == "" {
+		os.Setenv("HOSTLEASE_CACHE", filepath.Join(K8sCacheDir(), "e2e"))
+	}
 	bins, err := EnsureBins()
 	if err != nil {
 		return nil, err

@@ -372,7 +372,7 @@ func grepLines(s, sub string) string {
 // Running with its IP); its sandbox removed through CRI while the conflist
 // names another dataDir, so the teardown DEL does not release the record (as
 // after a conflist swap); the conflist restored. The daemon runs with
-// --min-age=30s --grace=20s for this test instead of 5m/2m.
+// --min-age=30s --grace=20s --interval=10s for this test instead of 5m/2m/30s.
 func TestAPIVeto(t *testing.T) {
 	c := cluster(t)
 	ensureInstalled(t, c)
@@ -390,7 +390,8 @@ func TestAPIVeto(t *testing.T) {
 	})
 	kubectl(t, c, "-n", SysNamespace, "patch", "daemonset", DaemonSetName, "--type=json", "-p",
 		`[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--min-age=30s"},`+
-			`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--grace=20s"}]`)
+			`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--grace=20s"},`+
+			`{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--interval=10s"}]`)
 	kubectl(t, c, "-n", SysNamespace, "rollout", "status", "daemonset/"+DaemonSetName, "--timeout=3m")
 	apply(t, c, deployment(ns, "vetoed", 1))
 	pod := waitPodsRunning(t, c, ns, 1)[0]
