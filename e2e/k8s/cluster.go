@@ -190,6 +190,10 @@ func Start(logf func(string, ...any)) (c *Cluster, err error) {
 	if err := os.WriteFile(filepath.Join(Root, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return c, err
 	}
+	// Remembered on disk too, so the run after a killed one removes them.
+	if err := os.WriteFile(filepath.Join(Root, "created-host-dirs"), []byte(strings.Join(c.created, "\n")), 0o644); err != nil {
+		return c, err
+	}
 	t0 := time.Now()
 	if err := c.setupPKI(); err != nil {
 		return c, fmt.Errorf("pki: %w", err)
@@ -777,7 +781,11 @@ func reapStale(logf func(string, ...any)) {
 			networks = append(networks, facts.network)
 		}
 	}
-	teardownRoot(bridges, networks, nil, logf)
+	var created []string
+	if b, err := os.ReadFile(filepath.Join(Root, "created-host-dirs")); err == nil {
+		created = strings.Fields(string(b))
+	}
+	teardownRoot(bridges, networks, created, logf)
 }
 
 func copyExec(src, dst string) error {
