@@ -4,6 +4,8 @@
 // Usage:
 //
 //	ociimage -binary ./pause -name localhost/hostlease/pause:e2e -o pause.tar
+//	ociimage -binary bin/hostlease-gc -entry hostlease-gc -add hostlease=bin/hostlease \
+//	    -add busybox/sh=/bin/busybox -symlink busybox/cp=sh -env PATH=/busybox ...
 //
 // Guarantees:
 //   - the archive is an OCI image layout: `oci-layout`, `index.json` and
@@ -62,7 +64,34 @@ func newBlob(data []byte) blob {
 	return blob{digest: "sha256:" + hex.EncodeToString(sum[:]), data: data}
 }
 
+// pairs is a repeatable dst=src flag.
+type pairs [][2]string
+
+func (p *pairs) String() string { return fmt.Sprint(*p) }
+func (p *pairs) Set(v string) error {
+	dst, src, ok := strings.Cut(v, "=")
+	if !ok || dst == "" || src == "" || strings.HasPrefix(dst, "/") || strings.Contains(dst, "..") {
+		return fmt.Errorf("want relative-dst=src, got %q", v)
+	}
+	*p = append(*p, [2]string{dst, src})
+	return nil
+}
+
+// strs is a repeatable string flag.
+type strs []string
+
+func (s *strs) String() string     { return strings.Join(*s, ",") }
+func (s *strs) Set(v string) error { *s = append(*s, v); return nil }
+
+var (
+	adds, links pairs
+	envs        strs
+)
+
 func main() {
+	flag.Var(&adds, "add", "dst=src: also put file src at /dst (mode 0755); repeatable")
+	flag.Var(&links, "symlink", "dst=target: a symlink /dst -> target; repeatable")
+	flag.Var(&envs, "env", "K=V in the image config's Env; repeatable")
 	bin := flag.String("binary", "", "static binary to put into the image (required)")
 	entry := flag.String("entry", "pause", "file name of the binary inside the image, at the root")
 	name := flag.String("name", "localhost/hostlease/pause:e2e", "full image name")
@@ -88,17 +117,58 @@ func build(bin, entry, name, arch, out string) error {
 		return fmt.Errorf("-entry %q must be a plain file name", entry)
 	}
 
-	// The layer: one tar holding /<entry>.
+	// The layer: one tar holding /<entry>, the -add files and -symlinks.
 	var layerTar bytes.Buffer
 	tw := tar.NewWriter(&layerTar)
-	if err := tw.WriteHeader(&tar.Header{
-		Typeflag: tar.TypeReg, Name: entry, Mode: 0o755, Size: int64(len(exe)),
-		ModTime: epoch, Format: tar.FormatPAX,
-	}); err != nil {
+	dirs := map[string]bool{}
+	mkParents := func(p string) error {
+		var parts []string
+		for d := filepath.Dir(p); d != "." && d != "/"; d = filepath.Dir(d) {
+			parts = append([]string{d}, parts...)
+		}
+		for _, d := range parts {
+			if dirs[d] {
+				continue
+			}
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	addFile := func(p string, data []byte) error {
+		if err := mkParents(p); err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{
+			Typeflag: tar.TypeReg, Name: p, Mode: 0o755, Size: int64(len(data)),
+			ModTime: epoch, Format: tar.FormatPAX,
+		}); err != nil {
+			return err
+		}
+		_, err := tw.Write(data)
 		return err
 	}
-	if _, err := tw.Write(exe); err != nil {
+	if err := addFile(entry, exe); err != nil {
 		return err
+	}
+	for _, a := range adds {
+		data, err := os.ReadFile(a[1])
+		if err != nil {
+			return err
+		}
+		if err := addFile(a[0], data); err != nil {
+			return err
+		}
+	}
+	for _, l := range links {
+		if err := mkParents(l[0]); err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: l[0], Linkname: l[1], Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return err
@@ -123,10 +193,8 @@ func build(bin, entry, name, arch, out string) error {
 		"created":      epoch.Format(time.RFC3339),
 		"architecture": arch,
 		"os":           "linux",
-		"config": map[string]any{
-			"Entrypoint": []string{"/" + entry},
-		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{diffID}},
+		"config":       imageConfig(entry),
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 		"history": []map[string]any{{
 			"created":    epoch.Format(time.RFC3339),
 			"created_by": "hostlease hack/ociimage",
@@ -228,4 +296,14 @@ func build(bin, entry, name, arch, out string) error {
 	}
 	fmt.Printf("ociimage: wrote %s (%s, manifest %s)\n", out, name, man.digest)
 	return nil
+}
+
+// imageConfig is the image config's "config" object: the entrypoint and,
+// when given, -env.
+func imageConfig(entry string) map[string]any {
+	c := map[string]any{"Entrypoint": []string{"/" + entry}}
+	if len(envs) > 0 {
+		c["Env"] = []string(envs)
+	}
+	return c
 }

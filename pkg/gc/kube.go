@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
@@ -18,14 +22,26 @@ import (
 
 // Kube is the daemon's view of the Kubernetes API: the pods on this node (for
 // vetoes) and Events (for reclaims). A nil Kube means "no API server".
+//
+// The pods come from an informer filtered to this node (fieldSelector
+// spec.nodeName=<node>), started on the first View: one LIST, then one WATCH
+// kept open (re-established every 5-10 minutes), instead of a LIST per sweep.
+// Its cache keeps only what a veto needs (UID, namespace, name, phase, IPs).
 type Kube struct {
 	client kubernetes.Interface
 	node   string
+	// syncWait bounds how long the first View waits for the informer's
+	// initial LIST; later Views never wait (the informer keeps retrying).
+	syncWait time.Duration
+
+	once     sync.Once
+	informer cache.SharedIndexInformer
+	stop     chan struct{}
 }
 
 // NewKube wraps a clientset for the given node.
 func NewKube(client kubernetes.Interface, node string) *Kube {
-	return &Kube{client: client, node: node}
+	return &Kube{client: client, node: node, syncWait: 10 * time.Second}
 }
 
 // KubeFromOptions builds the API client from --kubeconfig (in-cluster config
@@ -56,24 +72,81 @@ func KubeFromOptions(o *Options) (*Kube, error) {
 	return NewKube(cs, o.NodeName), nil
 }
 
-// View lists the pods bound to this node. ResourceVersion "0" lets the API
-// server answer from its cache, which is cheap; a pod created after that cache
-// was filled is covered by --min-age.
+// start runs the node-filtered pod informer (once).
+func (k *Kube) start() {
+	k.once.Do(func() {
+		k.stop = make(chan struct{})
+		byNode := func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + k.node }
+		pods := k.client.CoreV1().Pods(metav1.NamespaceAll)
+		// The client tells the reflector whether it can stream the initial
+		// list over the watch (real API servers) or must LIST first (fakes).
+		lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				byNode(&o)
+				return pods.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				byNode(&o)
+				return pods.Watch(ctx, o)
+			},
+		}, k.client)
+		k.informer = cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+		_ = k.informer.SetTransform(trimPod)
+		go k.informer.Run(k.stop)
+	})
+}
+
+// Close stops the informer.
+func (k *Kube) Close() {
+	if k == nil || k.stop == nil {
+		return
+	}
+	select {
+	case <-k.stop:
+	default:
+		close(k.stop)
+	}
+}
+
+// trimPod keeps what a veto and an Event need: the informer caches 110 pods
+// of a node in a few hundred kilobytes instead of their full specs.
+func trimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status:     corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+	}, nil
+}
+
+// View returns the pods bound to this node from the informer's cache.
+// Available is false until the informer's first LIST has completed. A pod
+// created after the cache last heard from the API server is covered by
+// --min-age, as with any read of a cache.
 func (k *Kube) View(ctx context.Context) APIView {
 	if k == nil {
 		return APIView{}
 	}
+	k.start()
 	v := APIView{Enabled: true, PodsByUID: map[string]Pod{}}
-	pods, err := k.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-		FieldSelector:   "spec.nodeName=" + k.node,
-		ResourceVersion: "0",
-	})
-	if err != nil {
-		return v
+	if !k.informer.HasSynced() {
+		wctx, cancel := context.WithTimeout(ctx, k.syncWait)
+		synced := cache.WaitForCacheSync(wctx.Done(), k.informer.HasSynced)
+		cancel()
+		k.syncWait = 0 // wait once; later sweeps take the cache as it is
+		if !synced {
+			return v
+		}
 	}
 	v.Available = true
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, obj := range k.informer.GetStore().List() {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			continue
+		}
 		pod := Pod{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 			Terminated: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed}
 		for _, pip := range p.Status.PodIPs {
@@ -92,14 +165,20 @@ func (k *Kube) View(ctx context.Context) APIView {
 }
 
 // Event records a reclaim (or a refused sweep) as a Kubernetes Event: on the
-// record's pod when it still exists, otherwise on this node. Failing to post
-// an Event never stops a sweep.
+// record's pod when it still exists (as the sweep's view, or else the
+// informer, knows), otherwise on this node. Failing to post an Event never
+// stops a sweep.
 func (k *Kube) Event(ctx context.Context, api APIView, r *allocator.Record, eventType, reason, msg string) error {
 	if k == nil {
 		return nil
 	}
 	ref := corev1.ObjectReference{Kind: "Node", Name: k.node, APIVersion: "v1"}
 	ns := metav1.NamespaceDefault
+	if r != nil && r.PodUID != "" && !api.Available {
+		// A reclaim with proof of death is decided without the API; whether
+		// the pod still exists comes from the same node-filtered informer.
+		api = k.View(ctx)
+	}
 	if r != nil {
 		if pod, ok := api.PodsByUID[r.PodUID]; ok && r.PodUID != "" {
 			ref = corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: k8stypes.UID(pod.UID), APIVersion: "v1"}

@@ -315,6 +315,8 @@ func (e *sweepEnv) addPod(name, uid string, phase corev1.PodPhase, ips ...netip.
 		p.Status.PodIP = ips[0].String()
 	}
 	ctx := context.Background()
+	// The daemon's view comes from an informer: wait until it has seen p.
+	defer e.s.Kube.waitObserved(e.t, p)
 	if _, err := e.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
 		if _, err := e.client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
 			e.t.Fatal(err)

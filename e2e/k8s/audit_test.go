@@ -1,0 +1,58 @@
+package k8s
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+)
+
+// auditEvent is one apiserver audit log entry (audit.k8s.io/v1 Event, the
+// fields used here).
+type auditEvent struct {
+	AuditID    string `json:"auditID"`
+	Stage      string `json:"stage"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource string `json:"resource"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+}
+
+// gcRequests returns the daemon's requests in the audit log (one per
+// auditID; the policy logs nothing else).
+func gcRequests(t *testing.T) []auditEvent {
+	t.Helper()
+	f, err := os.Open(AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := map[string]int{}
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.User.Username != gcServiceAccount {
+			continue
+		}
+		if i, ok := seen[e.AuditID]; ok {
+			if e.ResponseStatus != nil {
+				out[i].ResponseStatus = e.ResponseStatus
+			}
+			continue
+		}
+		seen[e.AuditID] = len(out)
+		out = append(out, e)
+	}
+	return out
+}

@@ -1,0 +1,167 @@
+package k8s
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/e2e/harness"
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// One cluster for the package: the control plane and node take ~15 s warm,
+// every scenario cleans up its own objects.
+var (
+	clusterOnce sync.Once
+	clusterVal  *Cluster
+	clusterErr  error
+	anyFailed   bool
+	failedMu    sync.Mutex
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if clusterVal != nil {
+		failedMu.Lock()
+		failed := anyFailed || code != 0
+		failedMu.Unlock()
+		if failed {
+			keepArtifacts(clusterVal)
+		}
+		clusterVal.Stop()
+	}
+	os.Exit(code)
+}
+
+// cluster returns the package's cluster, starting it on first use; it skips
+// when not root (the only reason to skip) and fails when it cannot start.
+func cluster(t *testing.T) *Cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("e2e/k8s: skipped: needs root (runs etcd, a control plane, containerd and kubelet, creates bridges and a mount namespace)")
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			failedMu.Lock()
+			anyFailed = true
+			failedMu.Unlock()
+		}
+	})
+	clusterOnce.Do(func() {
+		logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "e2e/k8s: "+f+"\n", a...) }
+		clusterVal, clusterErr = Start(logf)
+		if clusterErr == nil {
+			clusterErr = setupHostlease(clusterVal)
+		}
+	})
+	if clusterErr != nil {
+		t.Fatalf("cluster: %v (logs in %s)", clusterErr, LogDir)
+	}
+	return clusterVal
+}
+
+// keepArtifacts copies the logs and the cluster's state dumps to
+// $HOSTLEASE_E2E_ARTIFACTS (default <repo>/bin/e2e-k8s-artifacts/<time>).
+func keepArtifacts(c *Cluster) {
+	base := os.Getenv("HOSTLEASE_E2E_ARTIFACTS")
+	if base == "" {
+		root, err := harness.RepoRoot()
+		if err != nil {
+			return
+		}
+		base = filepath.Join(root, "bin", "e2e-k8s-artifacts")
+	}
+	dst := filepath.Join(base, time.Now().UTC().Format("20060102T150405Z"))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return
+	}
+	for name, args := range map[string][]string{
+		"pods.txt":      {"get", "pods", "-A", "-o", "wide"},
+		"events.txt":    {"get", "events", "-A", "--sort-by=.lastTimestamp"},
+		"nodes.yaml":    {"get", "nodes", "-o", "yaml"},
+		"daemonset.txt": {"-n", SysNamespace, "describe", "daemonset", DaemonSetName},
+		"gc.log":        {"-n", SysNamespace, "logs", "ds/" + DaemonSetName, "--all-containers", "--tail=-1"},
+	} {
+		out, err := c.Kubectl(args...)
+		if err != nil {
+			out += "\n" + err.Error()
+		}
+		_ = os.WriteFile(filepath.Join(dst, name), []byte(out), 0o644)
+	}
+	_ = exec.Command("cp", "-a", LogDir, filepath.Join(dst, "logs")).Run()
+	_ = exec.Command("cp", "-a", CNIConfDir, filepath.Join(dst, "cni-conf")).Run()
+	fmt.Fprintf(os.Stderr, "e2e/k8s: a test failed; logs kept in %s\n", dst)
+}
+
+// waitUntil polls cond every 500ms until it returns true; the timeout is a
+// hang guard, and its message says what was last seen.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if seen != "" {
+			last = seen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func kubectl(t *testing.T, c *Cluster, args ...string) string {
+	t.Helper()
+	out, err := c.Kubectl(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func apply(t *testing.T, c *Cluster, manifest string) {
+	t.Helper()
+	if out, err := c.KubectlIn([]byte(manifest), "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// records reads the plugin's stores on the node with the project's CLI.
+func records(t *testing.T) []allocator.Record {
+	t.Helper()
+	bin, err := harness.ProjectBin("hostlease-gc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "list", "-o", "json", "--data-dir", CNIDataDir).Output()
+	if err != nil {
+		t.Fatalf("hostlease-gc list: %v", err)
+	}
+	var rs []allocator.Record
+	if err := json.Unmarshal(out, &rs); err != nil {
+		t.Fatalf("hostlease-gc list -o json: %v\n%s", err, out)
+	}
+	return rs
+}
+
+// gcPod is the name of the DaemonSet's pod on the node.
+func gcPod(t *testing.T, c *Cluster) string {
+	t.Helper()
+	out := kubectl(t, c, "-n", SysNamespace, "get", "pods", "-l", "app.kubernetes.io/name=hostlease-gc",
+		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
+	f := strings.Fields(out)
+	if len(f) != 1 {
+		t.Fatalf("want one running hostlease-gc pod, got %q", out)
+	}
+	return f[0]
+}

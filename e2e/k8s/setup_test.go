@@ -1,0 +1,185 @@
+package k8s
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/e2e/harness"
+)
+
+// The node's pod network: [bridge(ipam hostlease), (failplugin), hostlease
+// commit marker]. Distinct from e2e/'s 10.99.x and bridge names.
+const (
+	PodNetwork = "hlk8s"
+	PodBridge  = "hlk8s-br0"
+	PodSubnet  = "10.251.0.0/24"
+)
+
+// FailAddFile / FailDelFile make the failplugin in the chain fail while they
+// exist (see e2e/failplugin).
+var (
+	FailAddFile = filepath.Join(Root, "trigger-fail-add")
+	FailDelFile = filepath.Join(Root, "trigger-fail-del")
+)
+
+// podConflist is the node's conflist; withFail puts the failplugin between
+// the bridge and the marker (the containerd #12130 chain).
+func podConflist(subnet string, withFail bool, ipamExtra map[string]any) []byte {
+	ipam := map[string]any{"type": "hostlease", "ranges": [][]map[string]string{{{"subnet": subnet}}}, "dataDir": CNIDataDir}
+	for k, v := range ipamExtra {
+		ipam[k] = v
+	}
+	plugins := []map[string]any{{"type": "bridge", "bridge": PodBridge, "isGateway": true, "ipam": ipam}}
+	if withFail {
+		plugins = append(plugins, map[string]any{"type": "failplugin", "failAddFile": FailAddFile, "failDelFile": FailDelFile})
+	}
+	plugins = append(plugins, map[string]any{"type": "hostlease", "dataDir": CNIDataDir})
+	b, _ := json.MarshalIndent(map[string]any{"cniVersion": "1.1.0", "name": PodNetwork, "plugins": plugins}, "", "  ")
+	return b
+}
+
+// setupHostlease builds the image from make build's binaries, imports it
+// and writes the node's conflist (the plugin it names is installed by the
+// DaemonSet's install-cni).
+func setupHostlease(c *Cluster) error {
+	gcBin, err := harness.ProjectBin("hostlease-gc")
+	if err != nil {
+		return err
+	}
+	plugin, err := harness.ProjectBin("hostlease")
+	if err != nil {
+		return err
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return err
+	}
+	tar := filepath.Join(Root, "hostlease-image.tar")
+	args := []string{"run", "./hack/ociimage", "-binary", gcBin, "-entry", "hostlease-gc", "-name", Image, "-o", tar,
+		"-add", "hostlease=" + plugin, "-add", "busybox/sh=" + c.Bins.Busybox, "-env", "PATH=/busybox:/usr/bin:/bin"}
+	for _, applet := range []string{"cp", "chmod", "mv", "rm", "sync", "cat", "ls", "wget"} {
+		args = append(args, "-symlink", "busybox/"+applet+"=sh")
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build image: %v: %s", err, out)
+	}
+	if out, err := c.Ctr("images", "import", tar); err != nil {
+		return fmt.Errorf("import image: %v: %s", err, out)
+	}
+	return c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil))
+}
+
+// ensureInstalled applies the overlay (idempotent) and waits until the
+// DaemonSet's pod is Ready.
+func ensureInstalled(t *testing.T, c *Cluster) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl("apply", "-k", filepath.Join(root, "e2e", "k8s", "overlay")); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := c.Kubectl("-n", SysNamespace, "rollout", "status", "daemonset/"+DaemonSetName, "--timeout=3m"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	waitUntil(t, 3*time.Minute, "DaemonSet hostlease-gc Ready on the node", func() (bool, string) {
+		out, err := c.Kubectl("-n", SysNamespace, "get", "ds", DaemonSetName, "-o",
+			"jsonpath={.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}")
+		if err != nil {
+			return false, err.Error()
+		}
+		return out == "1/1/1", out
+	})
+}
+
+// nodeReady reports the node's Ready condition status ("True"/"False") and reason.
+func nodeReady(c *Cluster) (string, string) {
+	out, err := c.Kubectl("get", "node", NodeName, "-o",
+		`jsonpath={range .status.conditions[?(@.type=="Ready")]}{.status} {.reason} {.message}{end}`)
+	if err != nil {
+		return "", err.Error()
+	}
+	st, rest, _ := strings.Cut(out, " ")
+	return st, rest
+}
+
+func waitNodeReady(t *testing.T, c *Cluster) {
+	t.Helper()
+	waitUntil(t, 2*time.Minute, "node Ready", func() (bool, string) {
+		st, why := nodeReady(c)
+		return st == "True", st + " " + why
+	})
+}
+
+// deployment is a Deployment of pause containers on the node's pod network.
+func deployment(ns, name string, replicas int) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[2]s, namespace: %[1]s}
+spec:
+  replicas: %[3]d
+  selector: {matchLabels: {app: %[2]s}}
+  template:
+    metadata: {labels: {app: %[2]s}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      automountServiceAccountToken: false
+      nodeSelector: {kubernetes.io/hostname: %[5]s}
+      containers:
+      - name: pause
+        image: %[4]s
+        imagePullPolicy: Never
+`, ns, name, replicas, pauseImage(), NodeName)
+}
+
+// deleteNamespace deletes ns and waits until its pods are gone from CRI
+// too (their DELs ran).
+func deleteNamespace(t *testing.T, c *Cluster, ns string) {
+	t.Helper()
+	if _, err := c.Kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found"); err != nil {
+		t.Errorf("delete namespace %s: %v", ns, err)
+		return
+	}
+	waitUntil(t, 3*time.Minute, "namespace "+ns+" gone", func() (bool, string) {
+		_, err := c.Kubectl("get", "namespace", ns)
+		return err != nil && strings.Contains(err.Error(), "NotFound"), "still there"
+	})
+	waitUntil(t, 2*time.Minute, "sandboxes of "+ns+" gone from CRI", func() (bool, string) {
+		sbs, err := c.Sandboxes()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, sb := range sbs {
+			if sb.GetMetadata().GetNamespace() == ns {
+				return false, "sandbox " + sb.Id + " " + sb.State.String()
+			}
+		}
+		return true, ""
+	})
+}
+
+// fileMode returns a file's mode or fails.
+func fileMode(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Mode()
+}
+
+// pauseImage is the image every test pod runs (imported with the node).
+func pauseImage() string { return harness.PauseImage }
