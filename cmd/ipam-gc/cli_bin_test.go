@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/internal/testbin"
 )
 
 // The tests in cli_*_test.go exec the built binaries: hostlease-gc, the
@@ -42,32 +42,9 @@ func TestMain(m *testing.M) {
 func buildBinaries(t *testing.T) {
 	t.Helper()
 	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "hostlease-gc-cli-bin-")
-		if buildErr != nil {
-			return
-		}
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		builds := [][]string{
-			{"-o", filepath.Join(binDir, "hostlease-gc"), "github.com/hostlease/hostlease/cmd/ipam-gc"},
-			{"-o", filepath.Join(binDir, "hostlease"), "github.com/hostlease/hostlease/cmd/ipam"},
-			{"-o", filepath.Join(binDir, "host-local"), "github.com/containernetworking/plugins/plugins/ipam/host-local"},
-		}
-		errs := make([]error, len(builds))
-		var wg sync.WaitGroup
-		for i, b := range builds {
-			wg.Go(func() {
-				cmd := exec.Command(goBin, append([]string{"build", "-buildvcs=false"}, b...)...)
-				cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-				if out, err := cmd.CombinedOutput(); err != nil {
-					errs[i] = fmt.Errorf("go build %s: %v\n%s", b[len(b)-1], err, out)
-				}
-			})
-		}
-		wg.Wait()
-		buildErr = errors.Join(errs...)
+		binDir, buildErr = testbin.BuildTemp("hostlease-gc-cli-bin-", map[string]string{
+			"hostlease-gc": testbin.GC, "hostlease": testbin.Plugin, "host-local": testbin.HostLocal,
+		})
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -240,20 +217,7 @@ func assertTerminalSafe(t *testing.T, what, out string) {
 // startCRI serves a real gRPC CRI runtime (internal/fakecri) on a unix
 // socket in a short temporary directory (socket paths are limited to 108
 // bytes) for the rest of the test.
-func startCRI(t *testing.T) *fakecri.Server {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "hlcli")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := fakecri.New(filepath.Join(dir, "cri.sock"))
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Stop)
-	return f
-}
+func startCRI(t *testing.T) *fakecri.Server { return fakecri.StartForTest(t) }
 
 // damageRecord replaces the stored value of ip's record in the store at path
 // with value, as bit rot or a bad restore would: bbolt opens the file fine,

@@ -9,8 +9,11 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync"
+	"testing"
 	"time"
 
 	"google.golang.org/grpc"
@@ -244,4 +247,23 @@ func (f *Server) PodSandboxStatus(_ context.Context, req *runtimeapi.PodSandboxS
 		st.Network.AdditionalIps = append(st.Network.AdditionalIps, &runtimeapi.PodIP{Ip: ip.String()})
 	}
 	return &runtimeapi.PodSandboxStatusResponse{Status: st}, nil
+}
+
+// StartForTest starts a server for the rest of the test on a socket in a
+// fresh short temporary directory (a unix socket path is limited to 108
+// bytes, which t.TempDir's paths for long test names exceed), stops it and
+// removes the directory when the test ends.
+func StartForTest(t testing.TB) *Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fcri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	f := New(filepath.Join(dir, "cri.sock"))
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return f
 }

@@ -39,7 +39,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,6 +48,7 @@ import (
 	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/internal/fakecri"
 	"github.com/hostlease/hostlease/internal/promtext"
+	"github.com/hostlease/hostlease/internal/testbin"
 )
 
 var (
@@ -75,40 +75,17 @@ func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "hostlease-faultinject-bin-")
+	dir, err := testbin.BuildTemp("hostlease-faultinject-bin-", map[string]string{
+		"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC,
+	})
+	if dir != "" {
+		defer os.RemoveAll(dir)
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "faultinject:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binDir = dir
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	builds := map[string]string{
-		"hostlease":    "github.com/hostlease/hostlease/cmd/ipam",
-		"hostlease-gc": "github.com/hostlease/hostlease/cmd/ipam-gc",
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for name, pkg := range builds {
-		wg.Go(func() {
-			cmd := exec.Command(goBin, "build", "-buildvcs=false", "-o", filepath.Join(dir, name), pkg)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("go build %s: %v\n%s", pkg, err, out))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintln(os.Stderr, "faultinject: building binaries:", err)
 		return 1
 	}
+	binDir = dir
 	return m.Run()
 }
 
@@ -201,20 +178,7 @@ func runCLIIn(t testing.TB, wrap func(*exec.Cmd), args ...string) cliResult {
 
 // startCRI serves a fake runtime until the test ends, on a socket in a short
 // directory (unix socket paths are limited to 108 bytes).
-func startCRI(t testing.TB) *fakecri.Server {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ficri")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := fakecri.New(filepath.Join(dir, "cri.sock"))
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Stop)
-	return f
-}
+func startCRI(t testing.TB) *fakecri.Server { return fakecri.StartForTest(t) }
 
 // sweepResult is what one daemon sweep did, as its log and metrics show.
 type sweepResult struct {

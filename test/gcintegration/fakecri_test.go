@@ -1,8 +1,6 @@
 package gcintegration
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/hostlease/hostlease/internal/fakecri"
@@ -21,20 +19,5 @@ const (
 	listEmpty  = fakecri.ListEmpty
 )
 
-// startFakeCRI serves a fake runtime until the test ends. The socket lives in
-// a short temporary directory: unix socket paths are limited to 108 bytes and
-// t.TempDir() paths of long test names exceed that.
-func startFakeCRI(t testing.TB) *fakeCRI {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fcri")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := fakecri.New(filepath.Join(dir, "cri.sock"))
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Stop)
-	return f
-}
+// startFakeCRI serves a fake runtime until the test ends.
+func startFakeCRI(t testing.TB) *fakeCRI { return fakecri.StartForTest(t) }

@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/internal/promtext"
+	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -40,40 +40,17 @@ func gcBin() string     { return filepath.Join(binDir, "hostlease-gc") }
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "hostlease-gcintegration-bin-")
+	dir, err := testbin.BuildTemp("hostlease-gcintegration-bin-", map[string]string{
+		"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC,
+	})
+	if dir != "" {
+		defer os.RemoveAll(dir)
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "gcintegration:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binDir = dir
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	builds := map[string]string{
-		"hostlease":    "github.com/hostlease/hostlease/cmd/ipam",
-		"hostlease-gc": "github.com/hostlease/hostlease/cmd/ipam-gc",
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for name, pkg := range builds {
-		wg.Go(func() {
-			cmd := exec.Command(goBin, "build", "-buildvcs=false", "-o", filepath.Join(dir, name), pkg)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("go build %s: %v\n%s", pkg, err, out))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintln(os.Stderr, "gcintegration: building binaries:", err)
 		return 1
 	}
+	binDir = dir
 	return m.Run()
 }
 

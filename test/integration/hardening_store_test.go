@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -509,28 +508,13 @@ func TestHardeningMissingIPAM(t *testing.T) {
 	}
 }
 
-// hostLocalBin builds the reference host-local plugin (as pinned in go.mod)
-// once into the shared bin dir.
-var hostLocalBin = sync.OnceValues(func() (string, error) {
-	out := filepath.Join(binDir, "host-local")
-	cmd := exec.Command("go", "build", "-buildvcs=false", "-o", out, "github.com/containernetworking/plugins/plugins/ipam/host-local")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build host-local: %v\n%s", err, b)
-	}
-	return out, nil
-})
-
 // After a switch from host-local, podman tears containers down with its
 // cached host-local config: the real host-local's DEL removes its file, and
 // the next hostlease ADD releases that imported record (audited), and only it.
 func TestHardeningHostLocalMigrationLeak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	hlBin, err := hostLocalBin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	hlBin := filepath.Join(binDir, "host-local") // built by TestMain
 	dir := t.TempDir()
 	network := "hlh-podman"
 	conf := ipamConf(t, network, dir, "10.85.0.0/24")

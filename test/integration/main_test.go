@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +28,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/internal/cniexec"
+	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -57,33 +57,14 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// buildPlugins builds the plugin binaries in parallel; the chained failing
-// plugin is the e2e suite's (e2e/failplugin).
+// buildPlugins builds the plugin binaries; the chained failing plugin is
+// the e2e suite's (e2e/failplugin), host-local the reference the hardening
+// tests tear containers down with.
 func buildPlugins(dir string) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	failplugin := "github.com/hostlease/hostlease/e2e/failplugin"
-	builds := [][]string{
-		{"-o", filepath.Join(dir, "hostlease"), "github.com/hostlease/hostlease/cmd/ipam"},
-		{"-o", filepath.Join(dir, "bridge"), "github.com/containernetworking/plugins/plugins/main/bridge"},
-		{"-o", filepath.Join(dir, "loopback"), "github.com/containernetworking/plugins/plugins/main/loopback"},
-		{"-o", filepath.Join(dir, "failplugin"), failplugin},
-	}
-	errs := make([]error, len(builds))
-	var wg sync.WaitGroup
-	for i, b := range builds {
-		wg.Go(func() {
-			cmd := exec.Command(goBin, append([]string{"build", "-buildvcs=false"}, b...)...)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				errs[i] = fmt.Errorf("go build %s: %v\n%s", b[len(b)-1], err, out)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return testbin.Build(dir, map[string]string{
+		"hostlease": testbin.Plugin, "bridge": testbin.Bridge, "loopback": testbin.Loopback,
+		"failplugin": testbin.FailPlugin, "host-local": testbin.HostLocal,
+	})
 }
 
 // call is one plugin invocation's environment.
