@@ -6,8 +6,10 @@
 # The real-node suite is mostly waiting (kubelet's retry back-off, an alert's
 # `for:` window, a quiet minute of API requests), so it runs in the background
 # beside the others: it has its own caches, bridges, subnets, ports and lock,
-# and shares nothing with the containerd suites. Its summary is printed last,
-# its full log is .e2e-k8s.log. Exit status: non-zero if any part failed.
+# and shares nothing with the containerd suites. `make test` built bin/
+# before this runs; `-o build` keeps the suites from rebuilding it under each
+# other. The real-node summary is printed last, its full log is .e2e-k8s.log.
+# Exit status: non-zero if any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +17,7 @@ k8s_out=$(mktemp /tmp/hostlease-e2e-k8s-summary.XXXXXX)
 t0=$SECONDS
 # setsid: the suite and everything it starts form a group of their own, so an
 # interrupted run stops exactly that group and nothing else.
-setsid make --no-print-directory e2e-k8s >"$k8s_out" 2>&1 &
+setsid make --no-print-directory -o build e2e-k8s >"$k8s_out" 2>&1 &
 k8s_pid=$!
 stop_k8s() {
 	if kill -0 "$k8s_pid" 2>/dev/null; then
@@ -28,7 +30,7 @@ trap 'stop_k8s; exit 130' INT TERM
 
 rc=0
 make --no-print-directory unit || rc=1
-make --no-print-directory e2e || rc=1
+make --no-print-directory -o build e2e || rc=1
 
 echo "test: waiting for the real-node suite (e2e/k8s, started $((SECONDS - t0))s ago)"
 wait "$k8s_pid"
