@@ -154,6 +154,25 @@ func records(t *testing.T) []allocator.Record {
 	return rs
 }
 
+// auditLog is every network's audit log on the node (oldest entries pruned
+// by the store's bound), as `hostlease-gc audit -o json` shows it.
+func auditLog(t *testing.T) []allocator.AuditEvent {
+	t.Helper()
+	bin, err := harness.ProjectBin("hostlease-gc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "audit", "-o", "json", "--limit", "100000", "--data-dir", CNIDataDir).Output()
+	if err != nil {
+		t.Fatalf("hostlease-gc audit: %v", err)
+	}
+	var evs []allocator.AuditEvent
+	if err := json.Unmarshal(out, &evs); err != nil {
+		t.Fatalf("hostlease-gc audit -o json: %v\n%s", err, out)
+	}
+	return evs
+}
+
 // gcPod is the name of the DaemonSet's pod on the node.
 func gcPod(t *testing.T, c *Cluster) string {
 	t.Helper()
