@@ -52,3 +52,14 @@ func KillContainers(state, socket, runcRoot string, logf func(string, ...any)) {
 		_ = os.Remove(s)
 	}
 }
+
+// ConflistNetwork is the network a conflist names and the bridges its bridge
+// plugins create: what a teardown must remove after it was loaded.
+func ConflistNetwork(conf []byte) (network string, bridges []string) {
+	f := parseConflist(conf)
+	return f.network, f.bridges
+}
+
+// CopyExecutable copies src to dst as an executable, atomically (temp file
+// and rename), so a runtime never execs a half-written plugin.
+func CopyExecutable(src, dst string) error { return copyFile(src, dst) }

@@ -447,7 +447,7 @@ func (c *Cluster) startNode() error {
 		return err
 	}
 	for _, name := range []string{"bridge", "loopback", "host-local"} {
-		if err := copyExec(filepath.Join(c.Art.CNIBinDir, name), filepath.Join(CNIBinDir, name)); err != nil {
+		if err := harness.CopyExecutable(filepath.Join(c.Art.CNIBinDir, name), filepath.Join(CNIBinDir, name)); err != nil {
 			return err
 		}
 	}
@@ -636,10 +636,10 @@ func (c *Cluster) StopKubelet() { c.stopProc("kubelet", 15*time.Second) }
 // WriteConflist writes a CNI conflist atomically (dot-file + rename); the
 // bridges and network it names are removed on teardown.
 func (c *Cluster) WriteConflist(name string, conf []byte) error {
-	facts := parseConflist(conf)
-	c.bridges = append(c.bridges, facts.bridges...)
-	if facts.network != "" {
-		c.networks = append(c.networks, facts.network)
+	network, bridges := harness.ConflistNetwork(conf)
+	c.bridges = append(c.bridges, bridges...)
+	if network != "" {
+		c.networks = append(c.networks, network)
 	}
 	tmp := filepath.Join(CNIConfDir, "."+name)
 	if err := os.WriteFile(tmp, conf, 0o644); err != nil {
@@ -738,9 +738,9 @@ func reapStale(logf func(string, ...any)) {
 	confs, _ := filepath.Glob(filepath.Join(CNIConfDir, "*"))
 	for _, f := range confs {
 		if b, err := os.ReadFile(f); err == nil {
-			facts := parseConflist(b)
-			bridges = append(bridges, facts.bridges...)
-			networks = append(networks, facts.network)
+			network, brs := harness.ConflistNetwork(b)
+			bridges = append(bridges, brs...)
+			networks = append(networks, network)
 		}
 	}
 	var created []string
@@ -748,18 +748,6 @@ func reapStale(logf func(string, ...any)) {
 		created = strings.Fields(string(b))
 	}
 	teardownRoot(bridges, networks, created, logf)
-}
-
-func copyExec(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o755); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
 }
 
 // Reboot does to the node what a power cycle does: kubelet and containerd
