@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where one exec'd hostlease ADD/DEL spends its time, next to the exec floor
-# (test/bench/floor). Prints, for an initialised store:
+# (test/bench/skelfloor). Prints, for an initialised store:
 #   - strace -f -c of one ADD and one DEL (syscall counts and time),
 #   - the fdatasync calls of one ADD with their durations,
 #   - package init time (GODEBUG=inittrace=1), binary sizes,
@@ -13,7 +13,7 @@ work=$(mktemp -d /var/tmp/hostlease-profile-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export CGO_ENABLED=0
 go build -trimpath -ldflags '-s -w' -o "$work/hostlease" ./cmd/ipam
-go build -trimpath -ldflags '-s -w' -o "$work/floor" ./test/bench/floor
+go build -trimpath -ldflags '-s -w' -o "$work/floor" ./test/bench/skelfloor
 conf="$work/conf.json"
 printf '{"cniVersion":"1.0.0","name":"prof","type":"bridge","ipam":{"type":"hostlease","ranges":[[{"subnet":"10.30.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"%s/state"}}' "$work" >"$conf"
 export CNI_NETNS=/var/run/netns/cni-prof CNI_IFNAME=eth0 CNI_PATH="$work" \

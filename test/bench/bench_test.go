@@ -29,6 +29,7 @@ var (
 	flagFillPar = flag.Int("bench.fill-par", 0, "parallel execs when filling pools through real ADDs (0: 2 x nproc)")
 	flagSkip16  = flag.Bool("bench.skip16", false, "skip the 99.9% of a /16 point (quick runs)")
 	flagDir     = flag.String("bench.dir", "", "parent of the temporary state dir (default /var/lib, else /var/tmp)")
+	flagBefore  = flag.String("bench.before", "", "a prebuilt hostlease binary (e.g. of the base commit) measured interleaved with the others as hostlease-before")
 	flagSLOnly  = flag.Bool("bench.sweepload-only", false, "run only the ADD and DEL latency while hostlease-gc sweeps (builds hostlease and hostlease-gc only)")
 )
 
@@ -104,20 +105,9 @@ func run(b *testing.B) error {
 	if *flagSLOnly {
 		return runSweepLoadOnly(b, root, dir, binDir, loadStart, sampler)
 	}
-	plugins := []*plugin{
-		{name: "floor"},
-		{name: "host-local"},
-		{name: "hostlease"},
-	}
-	pkgs := []string{"./test/bench/floor", "github.com/containernetworking/plugins/plugins/ipam/host-local", "./cmd/ipam"}
-	for i, p := range plugins {
-		p.path = filepath.Join(binDir, p.name)
-		if err := build(root, pkgs[i], p.path); err != nil {
-			return err
-		}
-		if fi, err := os.Stat(p.path); err == nil {
-			p.size = fi.Size()
-		}
+	plugins, err := buildPlugins(root, binDir)
+	if err != nil {
+		return err
 	}
 	progress("built %s", binDir)
 
@@ -147,11 +137,14 @@ func run(b *testing.B) error {
 		}
 		fills = append(fills, fs...)
 		occ.held = held
-		ks := []int{*flagK, *flagK, *flagK}
-		if occ.frac > 0 && occ.subnet == "10.18.0.0/16" {
-			ks[1] = min(*flagKHL16, *flagK)
+		ks := make([]int, len(plugins))
+		for i, p := range plugins {
+			ks[i] = *flagK
+			if p.kind == kindHostLocal && occ.frac > 0 && occ.subnet == "10.18.0.0/16" {
+				ks[i] = min(*flagKHL16, *flagK)
+			}
 		}
-		progress("%s: timing %v ADD+DEL pairs (floor, host-local, hostlease)", occ.label, ks)
+		progress("%s: timing %v ADD+DEL pairs (%s)", occ.label, ks, pluginNames(plugins))
 		stats, err := measure(nets, ks, occ.net)
 		if err != nil {
 			return err
@@ -174,7 +167,7 @@ func run(b *testing.B) error {
 
 	var sl *sweepLoadResult
 	if !*flagSkipSweepLoad {
-		if sl, err = runSweepLoad(root, dir, binDir, plugins[2], par); err != nil {
+		if sl, err = runSweepLoad(root, dir, binDir, plugins[indexOf(plugins, kindHostlease)], par); err != nil {
 			return err
 		}
 		fills = append(fills, fill{fmt.Sprintf("%d records swept", sl.records), "hostlease", fmt.Sprintf("exec ADD, %d in parallel", par), sl.records, sl.fillWall, sl.records})
@@ -203,7 +196,7 @@ func run(b *testing.B) error {
 			return err
 		}
 	}
-	reportMetrics(b, results, tp, sl)
+	reportMetrics(b, plugins, results, tp, sl)
 	return nil
 }
 
@@ -213,15 +206,21 @@ func prepare(occ occupancy, nets []*network, par int) ([]fill, int, error) {
 	if occ.held == 0 && occ.frac == 0 {
 		return nil, 0, nil
 	}
-	hlNet, hleaseNet := nets[1], nets[2]
+	hlNet := nets[indexOf(pluginsOf(nets), kindHostLocal)]
+	var hleaseNets []*network
+	for _, n := range nets {
+		if n.p.kind == kindHostlease {
+			hleaseNets = append(hleaseNets, n)
+		}
+	}
 	pool, err := hlNet.allocatable()
 	if err != nil {
 		return nil, 0, err
 	}
 	var fills []fill
 	if occ.frac == 0 {
-		// Both through their real ADD (host-local's ADD is O(held) here, fine).
-		for _, n := range []*network{hlNet, hleaseNet} {
+		// Through their real ADD (host-local's ADD is O(held) here, fine).
+		for _, n := range append([]*network{hlNet}, hleaseNets...) {
 			progress("%s: filling %s with %d real ADDs (%d in parallel)", occ.label, n.p.name, occ.held, par)
 			_, wall, err := n.fillByADD(occ.held, par)
 			if err != nil {
@@ -240,25 +239,27 @@ func prepare(occ occupancy, nets []*network, par int) ([]fill, int, error) {
 	held := len(pool) - len(free)
 
 	// hostlease: its own ADD for the whole pool, then its own DEL for the holes.
-	progress("%s: filling hostlease with %d real ADDs (%d in parallel), then %d DELs", occ.label, len(pool), par, len(free))
-	owner, wall, err := hleaseNet.fillByADD(len(pool), par)
-	if err != nil {
-		return nil, 0, err
-	}
-	var release []string
-	for _, i := range free {
-		name, ok := owner[pool[i]]
-		if !ok {
-			return nil, 0, fmt.Errorf("hostlease fill: nobody holds %s", pool[i])
+	for _, hleaseNet := range hleaseNets {
+		progress("%s: filling %s with %d real ADDs (%d in parallel), then %d DELs", occ.label, hleaseNet.p.name, len(pool), par, len(free))
+		owner, wall, err := hleaseNet.fillByADD(len(pool), par)
+		if err != nil {
+			return nil, 0, err
 		}
-		release = append(release, name)
+		var release []string
+		for _, i := range free {
+			name, ok := owner[pool[i]]
+			if !ok {
+				return nil, 0, fmt.Errorf("%s fill: nobody holds %s", hleaseNet.p.name, pool[i])
+			}
+			release = append(release, name)
+		}
+		start := time.Now()
+		if err := hleaseNet.releaseByDEL(release, par); err != nil {
+			return nil, 0, err
+		}
+		wall += time.Since(start)
+		fills = append(fills, fill{occ.label, hleaseNet.p.name, fmt.Sprintf("exec ADD of the whole pool, %d in parallel, then DEL of the holes", par), held, wall, len(pool) + len(release)})
 	}
-	start := time.Now()
-	if err := hleaseNet.releaseByDEL(release, par); err != nil {
-		return nil, 0, err
-	}
-	wall += time.Since(start)
-	fills = append(fills, fill{occ.label, "hostlease", fmt.Sprintf("exec ADD of the whole pool, %d in parallel, then DEL of the holes", par), held, wall, len(pool) + len(release)})
 
 	// host-local: its exact on-disk format (its ADD is O(held): filling a /16
 	// through it is O(n^2)), as if it had done the same sequence.
@@ -270,7 +271,7 @@ func prepare(occ occupancy, nets []*network, par int) ([]fill, int, error) {
 			names = append(names, fmt.Sprintf("fill-%06d", i))
 		}
 	}
-	start = time.Now()
+	start := time.Now()
 	if err := writeHostLocalState(hlNet.dataDir, hlNet.name, ips, names, pool[len(pool)-1]); err != nil {
 		return nil, 0, err
 	}
@@ -281,29 +282,37 @@ func prepare(occ occupancy, nets []*network, par int) ([]fill, int, error) {
 // verifyHeld checks (outside the timings) that the measurement left the
 // state at its occupancy: every timed ADD was undone by its DEL.
 func verifyHeld(nets []*network, want int) error {
-	entries, err := os.ReadDir(filepath.Join(nets[1].dataDir, nets[1].name))
-	if err == nil {
-		n := 0
-		for _, e := range entries {
-			if _, err := netip.ParseAddr(e.Name()); err == nil {
-				n++
+	for _, n := range nets {
+		switch n.p.kind {
+		case kindHostLocal:
+			entries, err := os.ReadDir(filepath.Join(n.dataDir, n.name))
+			if err != nil {
+				continue // nothing held yet: the near-empty point
+			}
+			held := 0
+			for _, e := range entries {
+				if _, err := netip.ParseAddr(e.Name()); err == nil {
+					held++
+				}
+			}
+			if held != want {
+				return fmt.Errorf("%s holds %d addresses after the measurement, want %d", n.p.name, held, want)
+			}
+		case kindHostlease:
+			s, err := allocator.Open(allocator.StorePath(n.dataDir, n.name), allocator.OpenOptions{ReadOnly: true})
+			if err != nil {
+				return err
+			}
+			var held int
+			err = s.View(func(tx *allocator.Tx) error { held = tx.Count(); return nil })
+			s.Close()
+			if err != nil {
+				return err
+			}
+			if held != want {
+				return fmt.Errorf("%s holds %d addresses after the measurement, want %d", n.p.name, held, want)
 			}
 		}
-		if n != want {
-			return fmt.Errorf("host-local holds %d addresses after the measurement, want %d", n, want)
-		}
-	}
-	s, err := allocator.Open(allocator.StorePath(nets[2].dataDir, nets[2].name), allocator.OpenOptions{ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	var n int
-	if err := s.View(func(tx *allocator.Tx) error { n = tx.Count(); return nil }); err != nil {
-		return err
-	}
-	if n != want {
-		return fmt.Errorf("hostlease holds %d addresses after the measurement, want %d", n, want)
 	}
 	return nil
 }

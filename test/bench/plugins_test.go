@@ -17,11 +17,99 @@ import (
 	hl "github.com/containernetworking/plugins/plugins/ipam/host-local/backend/allocator"
 )
 
+// kind is what a plugin under test is, which decides how its pools are
+// filled and checked and where it appears in the report.
+type kind int
+
+const (
+	kindStaticFloor  kind = iota // reads stdin, prints a fixed result: no CNI library
+	kindSkelFloor                // the same through skel and the CNI types
+	kindDurableFloor             // the static floor plus flock and two fdatasync'ed 4 KiB pages
+	kindHostLocal                // host-local, the plugin hostlease replaces
+	kindHostlease                // hostlease (also a baseline build of it: -bench.before)
+)
+
 // plugin is one binary under test.
 type plugin struct {
-	name string // "floor", "host-local", "hostlease"
+	name string // "static-floor", "skel-floor", "durable-floor", "host-local", "hostlease", "hostlease-before"
+	kind kind
 	path string
 	size int64
+}
+
+// isFloor reports whether the plugin is one of the exec floors (no state).
+func (p *plugin) isFloor() bool { return p.kind <= kindDurableFloor }
+
+// pluginSources are the plugins every run builds, in report order, and the
+// package each is built from.
+var pluginSources = []struct {
+	name string
+	kind kind
+	pkg  string
+}{
+	{"static-floor", kindStaticFloor, "./test/bench/staticfloor"},
+	{"skel-floor", kindSkelFloor, "./test/bench/skelfloor"},
+	{"durable-floor", kindDurableFloor, "./test/bench/durablefloor"},
+	{"host-local", kindHostLocal, "github.com/containernetworking/plugins/plugins/ipam/host-local"},
+	{"hostlease", kindHostlease, "./cmd/ipam"},
+}
+
+// buildPlugins builds every plugin into binDir; with -bench.before, a
+// prebuilt hostlease binary is copied in as "hostlease-before" and measured
+// interleaved with the others (same-run before/after).
+func buildPlugins(root, binDir string) ([]*plugin, error) {
+	var plugins []*plugin
+	for _, src := range pluginSources {
+		p := &plugin{name: src.name, kind: src.kind, path: filepath.Join(binDir, src.name)}
+		if err := build(root, src.pkg, p.path); err != nil {
+			return nil, err
+		}
+		plugins = append(plugins, p)
+	}
+	if *flagBefore != "" {
+		p := &plugin{name: "hostlease-before", kind: kindHostlease, path: filepath.Join(binDir, "hostlease-before")}
+		b, err := os.ReadFile(*flagBefore)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p.path, b, 0o755); err != nil {
+			return nil, err
+		}
+		plugins = append(plugins, p)
+	}
+	for _, p := range plugins {
+		if fi, err := os.Stat(p.path); err == nil {
+			p.size = fi.Size()
+		}
+	}
+	return plugins, nil
+}
+
+// indexOf is the index of the first plugin of kind k (every run has one of
+// each kind).
+func indexOf(plugins []*plugin, k kind) int {
+	for i, p := range plugins {
+		if p.kind == k {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("no plugin of kind %d", k))
+}
+
+func pluginsOf(nets []*network) []*plugin {
+	out := make([]*plugin, len(nets))
+	for i, n := range nets {
+		out[i] = n.p
+	}
+	return out
+}
+
+func pluginNames(plugins []*plugin) string {
+	names := make([]string, len(plugins))
+	for i, p := range plugins {
+		names[i] = p.name
+	}
+	return strings.Join(names, ", ")
 }
 
 // network is one plugin's instance of a benchmark network: its config (the

@@ -237,7 +237,7 @@ func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepL
 // runSweepLoadOnly is run with -bench.sweepload-only: hostlease's ADD and DEL
 // without and with a sweeping hostlease-gc, and nothing else.
 func runSweepLoadOnly(b *testing.B, root, dir, binDir, loadStart string, sampler *loadSampler) error {
-	hostlease := &plugin{name: "hostlease", path: filepath.Join(binDir, "hostlease")}
+	hostlease := &plugin{name: "hostlease", kind: kindHostlease, path: filepath.Join(binDir, "hostlease")}
 	if err := build(root, "./cmd/ipam", hostlease.path); err != nil {
 		return err
 	}

@@ -1,8 +1,9 @@
-// Command floor is the exec floor of the plugin benchmarks: a CNI plugin that
-// does nothing but what every Go CNI plugin does (skel reads the environment
-// and stdin, the result is printed as JSON) and returns a fixed result. Its
-// cost is the cost of exec'ing any Go plugin; hostlease and host-local are
-// compared against it.
+// Command skelfloor is the skel floor of the plugin benchmarks: a CNI plugin
+// that does nothing but what every Go plugin built on the CNI libraries does
+// (skel reads the environment and stdin, the config is decoded, the result is
+// printed through types.PrintResult) and returns a fixed result. Its cost
+// above the static floor (../staticfloor) is what importing and running the
+// CNI libraries costs at every exec.
 package main
 
 import (
@@ -34,5 +35,5 @@ func main() {
 		Check:  func(*skel.CmdArgs) error { return nil },
 		GC:     func(*skel.CmdArgs) error { return nil },
 		Status: func(*skel.CmdArgs) error { return nil },
-	}, version.All, "floor (benchmark exec floor)")
+	}, version.All, "skel floor (benchmark exec floor)")
 }
