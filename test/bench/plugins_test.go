@@ -22,23 +22,21 @@ import (
 type kind int
 
 const (
-	kindStaticFloor  kind = iota // reads stdin, prints a fixed result: no CNI library
-	kindSkelFloor                // the same through skel and the CNI types
-	kindDurableFloor             // the static floor plus flock and two fdatasync'ed 4 KiB pages
-	kindHostLocal                // host-local, the plugin hostlease replaces
-	kindHostlease                // hostlease (also a baseline build of it: -bench.before)
+	kindStaticFloor      kind = iota // reads stdin, prints a fixed result: no CNI library
+	kindSkelFloor                    // the same through skel and the CNI types
+	kindDurableFloor                 // the static floor plus flock and two fdatasync'ed 4 KiB pages
+	kindSkelDurableFloor             // the skel floor plus the durable floor's writes
+	kindHostLocal                    // host-local, the plugin hostlease replaces
+	kindHostlease                    // hostlease (also a baseline build of it: -bench.before)
 )
 
 // plugin is one binary under test.
 type plugin struct {
-	name string // "static-floor", "skel-floor", "durable-floor", "host-local", "hostlease", "hostlease-before"
+	name string // "static-floor", "skel-floor", "durable-floor", "skel-durable-floor", "host-local", "hostlease", "hostlease-before"
 	kind kind
 	path string
 	size int64
 }
-
-// isFloor reports whether the plugin is one of the exec floors (no state).
-func (p *plugin) isFloor() bool { return p.kind <= kindDurableFloor }
 
 // pluginSources are the plugins every run builds, in report order, and the
 // package each is built from.
@@ -50,6 +48,7 @@ var pluginSources = []struct {
 	{"static-floor", kindStaticFloor, "./test/bench/staticfloor"},
 	{"skel-floor", kindSkelFloor, "./test/bench/skelfloor"},
 	{"durable-floor", kindDurableFloor, "./test/bench/durablefloor"},
+	{"skel-durable-floor", kindSkelDurableFloor, "./test/bench/skeldurablefloor"},
 	{"host-local", kindHostLocal, "github.com/containernetworking/plugins/plugins/ipam/host-local"},
 	{"hostlease", kindHostlease, "./cmd/ipam"},
 }

@@ -1,21 +1,18 @@
 // Command durablefloor is the durable exec floor of the plugin benchmarks:
-// the least any crash-safe IPAM plugin does per call. It reads its stdin,
-// takes an exclusive flock on a state file in the config's ipam.dataDir,
-// writes one 4 KiB page and fdatasyncs it, then writes a second 4 KiB page
-// (the "meta" page that would point at the first) and fdatasyncs again —
-// the two ordered syncs of a copy-on-write commit such as bbolt's — prints a
-// fixed result for ADD and exits. No CNI library and no config decoding
-// beyond finding dataDir; raw syscalls (no Go poller).
+// the static floor (../staticfloor) plus the least any crash-safe IPAM plugin
+// does per call (../floorcommit: flock a state file in the config's
+// ipam.dataDir, write and fdatasync two 4 KiB pages in order). No CNI
+// library and no JSON decoding.
 package main
 
 import (
-	"bytes"
 	"io"
 	"os"
-	"path/filepath"
-	"syscall"
+
+	"github.com/hostlease/hostlease/test/bench/floorcommit"
 )
 
+// result is the ADD result every floor prints.
 const result = `{
     "cniVersion": "1.0.0",
     "ips": [
@@ -26,61 +23,25 @@ const result = `{
     ]
 }`
 
-const pageSize = 4096
-
 func main() {
 	conf, err := io.ReadAll(os.Stdin)
 	if err != nil {
-		fail(err)
+		fail(err.Error())
 	}
-	dir := dataDir(conf)
+	dir := floorcommit.DataDir(conf)
 	if dir == "" {
-		fail(syscall.EINVAL)
+		fail("no ipam.dataDir in the config")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		fail(err)
+	verb := os.Getenv("CNI_COMMAND")
+	if err := floorcommit.Commit(dir, verb, os.Getenv("CNI_CONTAINERID")); err != nil {
+		fail(err.Error())
 	}
-	fd, err := syscall.Open(filepath.Join(dir, "durable-floor.db"), syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		fail(err)
-	}
-	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
-		fail(err)
-	}
-	var page [pageSize]byte
-	copy(page[:], os.Getenv("CNI_COMMAND")+" "+os.Getenv("CNI_CONTAINERID"))
-	// Data page first, made durable, then the page that commits it.
-	for _, off := range []int64{2 * pageSize, 0} {
-		if _, err := syscall.Pwrite(fd, page[:], off); err != nil {
-			fail(err)
-		}
-		if err := syscall.Fdatasync(fd); err != nil {
-			fail(err)
-		}
-	}
-	syscall.Close(fd) // releases the lock
-	if os.Getenv("CNI_COMMAND") == "ADD" {
+	if verb == "ADD" {
 		os.Stdout.WriteString(result)
 	}
 }
 
-// dataDir finds the string value of the config's "dataDir" key (the
-// benchmark's configs have one, unescaped).
-func dataDir(conf []byte) string {
-	const key = `"dataDir":"`
-	i := bytes.Index(conf, []byte(key))
-	if i < 0 {
-		return ""
-	}
-	rest := conf[i+len(key):]
-	j := bytes.IndexByte(rest, '"')
-	if j < 0 {
-		return ""
-	}
-	return string(rest[:j])
-}
-
-func fail(err error) {
-	os.Stderr.WriteString(`{"cniVersion":"1.0.0","code":5,"msg":"` + err.Error() + `"}`)
+func fail(msg string) {
+	os.Stdout.WriteString(`{"cniVersion":"1.0.0","code":5,"msg":"durable floor: ` + msg + `"}`)
 	os.Exit(1)
 }
