@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Where one exec'd hostlease ADD/DEL spends its time, next to the exec floor
-# (test/bench/skelfloor). Prints, for an initialised store:
+# Where one exec'd hostlease ADD/DEL spends its time, next to the exec
+# floors of test/bench (static, skel, durable, skel-durable: see
+# docs/benchmarks.md). Prints, for an initialised store:
 #   - strace -f -c of one ADD and one DEL (syscall counts and time),
 #   - the fdatasync calls of one ADD with their durations,
-#   - package init time (GODEBUG=inittrace=1), binary sizes,
+#   - package init time (GODEBUG=inittrace=1) of every binary, hostlease's
+#     by package, binary sizes,
 #   - perf stat of N ADD+DEL pairs (task-clock, page faults) when perf exists.
+# (With no config on stdin the durable floors fail after their package init:
+# only the init trace is read from those runs.)
 # Usage: hack/bench-profile.sh [pairs]   (default 200; needs strace)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +17,8 @@ work=$(mktemp -d /var/tmp/hostlease-profile-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export CGO_ENABLED=0
 go build -trimpath -ldflags '-s -w' -o "$work/hostlease" ./cmd/ipam
-go build -trimpath -ldflags '-s -w' -o "$work/floor" ./test/bench/skelfloor
+floors="staticfloor skelfloor durablefloor skeldurablefloor"
+for f in $floors; do go build -trimpath -ldflags '-s -w' -o "$work/$f" "./test/bench/$f"; done
 conf="$work/conf.json"
 printf '{"cniVersion":"1.0.0","name":"prof","type":"bridge","ipam":{"type":"hostlease","ranges":[[{"subnet":"10.30.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"%s/state"}}' "$work" >"$conf"
 export CNI_NETNS=/var/run/netns/cni-prof CNI_IFNAME=eth0 CNI_PATH="$work" \
@@ -24,13 +29,19 @@ call() { CNI_COMMAND=$1 CNI_CONTAINERID=$2 "${@:3}" <"$conf" >/dev/null; }
 for i in $(seq 20); do call ADD "warm$i" "$work/hostlease"; done
 for i in $(seq 10); do call DEL "warm$i" "$work/hostlease"; done
 
-echo "== sizes"; ls -l "$work/floor" "$work/hostlease" | awk '{print $5, $NF}'
+echo "== sizes"; for b in $floors hostlease; do ls -l "$work/$b" | awk '{print $5, $NF}'; done
 echo "== package init (ms, median of 21; GODEBUG=inittrace=1)"
-for b in floor hostlease; do
+for b in $floors hostlease; do
 	for i in $(seq 21); do
-		GODEBUG=inittrace=1 "$work/$b" </dev/null 2>&1 >/dev/null | awk '/^init /{s+=$5} END{printf "%.3f\n", s}'
+		{ GODEBUG=inittrace=1 "$work/$b" </dev/null 2>&1 >/dev/null || true; } | awk '/^init /{s+=$5} END{printf "%.3f\n", s}'
 	done | sort -n | sed -n 11p | sed "s/^/$b /"
 done
+echo "== hostlease's package init by package (us, median of 21; the 12 largest)"
+for i in $(seq 21); do GODEBUG=inittrace=1 "$work/hostlease" </dev/null 2>&1 >/dev/null | grep '^init '; done |
+	awk '{v[$2] = v[$2] " " $5 * 1000} END {for (k in v) print k, v[k]}' |
+	while read -r name vals; do
+		printf '%s %s\n' "$(printf '%s\n' $vals | sort -n | sed -n 11p)" "$name"
+	done | sort -rn | head -12
 if command -v strace >/dev/null; then
 	echo "== strace -f -c: one ADD"
 	CNI_COMMAND=ADD CNI_CONTAINERID=straced strace -f -c -o "$work/add.st" "$work/hostlease" <"$conf" >/dev/null
@@ -53,7 +64,7 @@ CNI_CONTAINERID=p\$i CNI_COMMAND=DEL "\$1" <"$conf" >/dev/null
 done
 EOF
 	chmod +x "$work/pairs.sh"
-	for b in floor hostlease; do
+	for b in durablefloor skeldurablefloor hostlease; do
 		echo "== perf stat: $pairs ADD+DEL pairs of $b (per pair: divide by $pairs)"
 		perf stat -e task-clock,page-faults,context-switches "$work/pairs.sh" "$work/$b" 2>&1 | grep -E 'task-clock|page-faults|context-switches|elapsed'
 	done
