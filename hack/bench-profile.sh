@@ -17,8 +17,9 @@ work=$(mktemp -d /var/tmp/hostlease-profile-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export CGO_ENABLED=0
 go build -trimpath -ldflags '-s -w' -o "$work/hostlease" ./cmd/ipam
-floors="staticfloor skelfloor durablefloor skeldurablefloor"
-for f in $floors; do go build -trimpath -ldflags '-s -w' -o "$work/$f" "./test/bench/$f"; done
+for f in staticfloor skelfloor durablefloor; do go build -trimpath -ldflags '-s -w' -o "$work/$f" "./test/bench/$f"; done
+cp "$work/skelfloor" "$work/skel-durable-floor" # the skel floor's durable mode is chosen by its name
+floors="staticfloor skelfloor durablefloor skel-durable-floor"
 conf="$work/conf.json"
 printf '{"cniVersion":"1.0.0","name":"prof","type":"bridge","ipam":{"type":"hostlease","ranges":[[{"subnet":"10.30.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"%s/state"}}' "$work" >"$conf"
 export CNI_NETNS=/var/run/netns/cni-prof CNI_IFNAME=eth0 CNI_PATH="$work" \
@@ -64,7 +65,7 @@ CNI_CONTAINERID=p\$i CNI_COMMAND=DEL "\$1" <"$conf" >/dev/null
 done
 EOF
 	chmod +x "$work/pairs.sh"
-	for b in durablefloor skeldurablefloor hostlease; do
+	for b in durablefloor skel-durable-floor hostlease; do
 		echo "== perf stat: $pairs ADD+DEL pairs of $b (per pair: divide by $pairs)"
 		perf stat -e task-clock,page-faults,context-switches "$work/pairs.sh" "$work/$b" 2>&1 | grep -E 'task-clock|page-faults|context-switches|elapsed'
 	done

@@ -48,7 +48,7 @@ var pluginSources = []struct {
 	{"static-floor", kindStaticFloor, "./test/bench/staticfloor"},
 	{"skel-floor", kindSkelFloor, "./test/bench/skelfloor"},
 	{"durable-floor", kindDurableFloor, "./test/bench/durablefloor"},
-	{"skel-durable-floor", kindSkelDurableFloor, "./test/bench/skeldurablefloor"},
+	{"skel-durable-floor", kindSkelDurableFloor, "./test/bench/skelfloor"}, // the same binary: its name selects the durable writes
 	{"host-local", kindHostLocal, "github.com/containernetworking/plugins/plugins/ipam/host-local"},
 	{"hostlease", kindHostlease, "./cmd/ipam"},
 }

@@ -10,18 +10,8 @@ import (
 	"os"
 
 	"github.com/hostlease/hostlease/test/bench/floorcommit"
+	"github.com/hostlease/hostlease/test/bench/floorresult"
 )
-
-// result is the ADD result every floor prints.
-const result = `{
-    "cniVersion": "1.0.0",
-    "ips": [
-        {
-            "address": "10.0.0.2/16",
-            "gateway": "10.0.0.1"
-        }
-    ]
-}`
 
 func main() {
 	conf, err := io.ReadAll(os.Stdin)
@@ -37,7 +27,7 @@ func main() {
 		fail(err.Error())
 	}
 	if verb == "ADD" {
-		os.Stdout.WriteString(result)
+		os.Stdout.WriteString(floorresult.ADD)
 	}
 }
 

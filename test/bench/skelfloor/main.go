@@ -4,23 +4,59 @@
 // printed through types.PrintResult) and returns a fixed result. Its cost
 // above the static floor (../staticfloor) is what importing and running the
 // CNI libraries costs at every exec.
+//
+// Installed as "skel-durable-floor" it is the skel-durable floor: it also
+// makes each ADD and DEL durable the way the durable floor does
+// (../floorcommit), the least a crash-safe IPAM plugin on the CNI libraries
+// can cost. What hostlease costs above that is its config, store and policy.
 package main
 
 import (
 	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/hostlease/hostlease/test/bench/floorcommit"
 )
 
+// durableName is the name under which the binary is the skel-durable floor.
+const durableName = "skel-durable-floor"
+
+// netConf is the part of the config the floor reads.
+type netConf struct {
+	types.NetConf
+	IPAM struct {
+		DataDir string `json:"dataDir"`
+	} `json:"ipam"`
+}
+
+// call decodes the config and, as the skel-durable floor, commits the call
+// durably.
+func call(args *skel.CmdArgs, verb string, durable bool) (*netConf, error) {
+	var conf netConf
+	if err := json.Unmarshal(args.StdinData, &conf); err != nil {
+		return nil, err
+	}
+	if durable {
+		if err := floorcommit.Commit(conf.IPAM.DataDir, verb, args.ContainerID); err != nil {
+			return nil, types.NewError(types.ErrIOFailure, err.Error(), "")
+		}
+	}
+	return &conf, nil
+}
+
 func main() {
+	durable := filepath.Base(os.Args[0]) == durableName
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add: func(args *skel.CmdArgs) error {
-			var conf types.NetConf
-			if err := json.Unmarshal(args.StdinData, &conf); err != nil {
+			conf, err := call(args, "ADD", durable)
+			if err != nil {
 				return err
 			}
 			return types.PrintResult(&current.Result{
@@ -31,7 +67,10 @@ func main() {
 				}},
 			}, conf.CNIVersion)
 		},
-		Del:    func(*skel.CmdArgs) error { return nil },
+		Del: func(args *skel.CmdArgs) error {
+			_, err := call(args, "DEL", durable)
+			return err
+		},
 		Check:  func(*skel.CmdArgs) error { return nil },
 		GC:     func(*skel.CmdArgs) error { return nil },
 		Status: func(*skel.CmdArgs) error { return nil },

@@ -8,25 +8,15 @@ package main
 import (
 	"io"
 	"os"
-)
 
-// result is the ADD result the other floors print (skel's floor prints the
-// same address through types.PrintResult).
-const result = `{
-    "cniVersion": "1.0.0",
-    "ips": [
-        {
-            "address": "10.0.0.2/16",
-            "gateway": "10.0.0.1"
-        }
-    ]
-}`
+	"github.com/hostlease/hostlease/test/bench/floorresult"
+)
 
 func main() {
 	if _, err := io.ReadAll(os.Stdin); err != nil {
 		os.Exit(1)
 	}
 	if os.Getenv("CNI_COMMAND") == "ADD" {
-		os.Stdout.WriteString(result)
+		os.Stdout.WriteString(floorresult.ADD)
 	}
 }
