@@ -239,7 +239,18 @@ func prepare(occ occupancy, nets []*network, par int) ([]fill, int, error) {
 	held := len(pool) - len(free)
 
 	// hostlease: its own ADD for the whole pool, then its own DEL for the holes.
-	for _, hleaseNet := range hleaseNets {
+	// A baseline build (-bench.before) gets a copy of that store when it
+	// can read it (the same records and layout, without a second fill of
+	// minutes), else fills its own the same way.
+	for k, hleaseNet := range hleaseNets {
+		if k > 0 {
+			if ok, err := hleaseNet.adoptStore(hleaseNets[0]); err != nil {
+				return nil, 0, err
+			} else if ok {
+				fills = append(fills, fill{occ.label, hleaseNet.p.name, "a copy of " + hleaseNets[0].p.name + "'s store", held, 0, 0})
+				continue
+			}
+		}
 		progress("%s: filling %s with %d real ADDs (%d in parallel), then %d DELs", occ.label, hleaseNet.p.name, len(pool), par, len(free))
 		owner, wall, err := hleaseNet.fillByADD(len(pool), par)
 		if err != nil {

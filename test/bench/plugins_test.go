@@ -15,6 +15,8 @@ import (
 	"time"
 
 	hl "github.com/containernetworking/plugins/plugins/ipam/host-local/backend/allocator"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // kind is what a plugin under test is, which decides how its pools are
@@ -259,6 +261,33 @@ func (n *network) fillByADD(count, par int) (map[netip.Addr]string, time.Duratio
 	close(next)
 	wg.Wait()
 	return held, time.Since(start), firstErr
+}
+
+// adoptStore copies from's store (after its fill, no process using it) in
+// place of n's, and reports whether n's plugin works on it: an ADD and a DEL
+// of a probe container succeed (as a warm-up pair would). If not, n's store
+// is removed again.
+func (n *network) adoptStore(from *network) (bool, error) {
+	b, err := os.ReadFile(allocator.StorePath(from.dataDir, from.name))
+	if err != nil {
+		return false, err
+	}
+	path := allocator.StorePath(n.dataDir, n.name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return false, err
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return false, err
+	}
+	_, _, err = n.call("ADD", "adopt-probe")
+	if err == nil {
+		_, _, err = n.call("DEL", "adopt-probe")
+	}
+	if err != nil {
+		progress("%s cannot use %s's store (%v): filling its own", n.p.name, from.p.name, err)
+		return false, os.Remove(path)
+	}
+	return true, nil
 }
 
 // releaseByDEL frees the given fill containers through the plugin's real DEL.
