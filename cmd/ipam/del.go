@@ -18,7 +18,8 @@ import (
 // state: an unknown container, a missing data dir, or a missing, empty,
 // truncated or garbage store all succeed with a log line (the store is left as
 // evidence), because a DEL that cannot succeed is retried forever and blocks the
-// sandbox name. It fails only when it knows of an allocation it could not free.
+// sandbox name. A store of another schema is left alone and logged the same
+// way. It fails only when it knows of an allocation it could not free.
 //
 // A DEL that finds nothing to release needs no write: when the store cannot
 // be opened for writing because of the environment (read-only file system,
@@ -53,6 +54,12 @@ func cmdDel(args *skel.CmdArgs) error {
 			return nil
 		case allocator.IsEnvironmentError(err):
 			return delReadOnly(c, args, log, err)
+		case errors.Is(err, allocator.ErrStoreSchema):
+			// Not damage: its records may be intact, for a binary of that
+			// schema. None can be released here; a failing DEL would be
+			// retried forever, so the leak is left to that version's daemon.
+			log().Warn("store of another schema: treating as nothing to release; left as it is", "error", err)
+			return nil
 		}
 		return storeError(c, err)
 	}

@@ -63,6 +63,8 @@ func cmdStatus(args *skel.CmdArgs) error {
 	case errors.Is(err, allocator.ErrStorePageDamaged):
 		// Some pages are readable: ADDs that do not meet the damage succeed.
 		return nil
+	case errors.Is(err, allocator.ErrStoreSchema):
+		return unavailable("%v; ADD fails on this store", err)
 	case err != nil:
 		return storeError(c, err)
 	}

@@ -32,7 +32,8 @@ func openStore(c *allocator.Config, create, readOnly bool) (*allocator.Store, er
 // storeError codes a store failure by class (see allocator's errors.go):
 // 11 (try again later) for a lock timeout or a store the daemon will set
 // aside and rebuild; 5 for an environment error (naming the errno and the
-// path) and for a damaged page (the operator rebuilds it); 5 for anything else.
+// path), for a damaged page (the operator rebuilds it) and for a store of
+// another schema (the operator runs the matching binary); 5 for anything else.
 func storeError(c *allocator.Config, err error) error {
 	var cerr *types.Error
 	switch {
@@ -48,6 +49,8 @@ func storeError(c *allocator.Config, err error) error {
 			fmt.Sprintf("%v; the store is damaged: run `hostlease-gc rebuild --force` for network %s", err, c.Network), "")
 	case allocator.IsEnvironmentError(err):
 		return types.NewError(types.ErrIOFailure, "store: "+err.Error(), "")
+	case errors.Is(err, allocator.ErrStoreSchema):
+		return types.NewError(types.ErrIOFailure, err.Error(), "")
 	}
 	return types.NewError(types.ErrIOFailure, fmt.Sprintf("store %s: %v", allocator.StorePath(c.StoreDir, c.Network), err), "")
 }

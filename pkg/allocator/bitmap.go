@@ -166,7 +166,7 @@ func (t takenBits) FirstFree(from, to, gw netip.Addr) (netip.Addr, bool) {
 }
 
 // iter walks the reserved addresses in address order.
-func (t takenBits) iter() *bitsIter { return &bitsIter{c: t.b.Cursor()} }
+func (t takenBits) iter() TakenIter { return &bitsIter{c: t.b.Cursor()} }
 
 // bitsIter is a TakenIter over the bitmap's set bits.
 type bitsIter struct {

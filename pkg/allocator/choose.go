@@ -6,8 +6,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// TakenIter walks reserved addresses in address order. Production code walks
-// the allocs bucket's cursor; tests use a sorted slice.
+// TakenIter walks reserved addresses in address order. The store walks its
+// taken bitmap (which also finds free addresses a word at a time: freeFinder);
+// tests use a sorted slice.
 type TakenIter interface {
 	// Seek returns the first taken address >= from (in key order), if any.
 	Seek(from netip.Addr) (netip.Addr, bool)
@@ -69,8 +70,9 @@ func roundRobin(set StoredRangeSet, last netip.Addr, hasLast bool) []segment {
 // order after last that is neither reserved nor its range's gateway. It
 // returns the address and the index of its range within set.
 //
-// Cost is the number of reserved addresses it steps over, not the pool size:
-// it walks the sorted keys and stops at the first gap.
+// Over the store's bitmap (a freeFinder) it reads whole 64-address words
+// until the first clear bit; over a plain TakenIter its cost is the number of
+// reserved addresses it steps over, not the pool size.
 func NextFree(set StoredRangeSet, last netip.Addr, hasLast bool, taken TakenIter) (netip.Addr, int, bool) {
 	for _, s := range roundRobin(set, last, hasLast) {
 		if ip, ok := firstFree(taken, s.from, s.to, set.Ranges[s.rangeIdx].Gateway); ok {
@@ -106,15 +108,26 @@ func firstFree(taken TakenIter, from, to, gw netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// takenIter walks the reserved addresses through the taken bitmap, or, in a
-// read-only view of a schema 1 store (which has none until its first write),
-// through the records' keys.
-func (tx *Tx) takenIter() TakenIter {
-	if tx.taken == nil {
-		return &keysIter{tx.allocs.Cursor()}
-	}
-	return takenBits{tx.taken}.iter()
+// takenIter walks the reserved addresses (see Tx.reserved).
+func (tx *Tx) takenIter() TakenIter { return tx.reserved.iter() }
+
+// reservedIndex is what a transaction reads the reserved addresses from: the
+// taken bitmap, or, in a read-only view of a store that lost its bitmap bucket
+// (damage; the next read-write open rebuilds it from the records), the
+// records' keys. wrapTx picks one; a read-write transaction always has the
+// bitmap.
+type reservedIndex interface {
+	has(ip netip.Addr) bool
+	count() int
+	iter() TakenIter
 }
+
+// recordKeys is a reservedIndex over the allocs bucket's keys.
+type recordKeys struct{ b *bolt.Bucket }
+
+func (r recordKeys) has(ip netip.Addr) bool { return r.b.Get(addrKey(ip)) != nil }
+func (r recordKeys) count() int             { return r.b.Stats().KeyN }
+func (r recordKeys) iter() TakenIter        { return &keysIter{r.b.Cursor()} }
 
 // keysIter walks address keys with a bucket cursor.
 type keysIter struct{ c *bolt.Cursor }

@@ -12,9 +12,8 @@ import (
 // Stored values (records, audit events, range sets) are written in a compact
 // binary form: the plugin encodes or decodes a few of them at every exec, and
 // the daemon decodes every record it has not seen, so the codec must be cheap
-// from a cold start (no reflection). Stores written before schema 2 hold JSON;
-// the first byte tells the two apart ('{' never starts a binary value), so every
-// reader accepts both and writers always write binary.
+// from a cold start (no reflection). A value in any other form (say JSON) is
+// damaged: its first byte is not binaryFormat.
 //
 // A binary value is: one format byte (binaryFormat), then its fields in a fixed
 // order, each an unsigned or zigzag varint, a length-prefixed string, an
@@ -23,9 +22,6 @@ import (
 const binaryFormat = 2
 
 var errShortValue = errors.New("value ends early")
-
-// isJSON reports whether a stored value is in the pre-schema-2 JSON form.
-func isJSON(b []byte) bool { return len(b) > 0 && (b[0] == '{' || b[0] == '[') }
 
 // enc appends fields to a value.
 type enc struct{ b []byte }

@@ -1,9 +1,12 @@
 package allocator
 
 import (
-	"encoding/json"
+	"bytes"
+	"errors"
+	"fmt"
 	"math/rand"
 	"net/netip"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -53,7 +56,7 @@ func TestRecordCodecRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b[0] != binaryFormat || isJSON(b) {
+		if b[0] != binaryFormat {
 			t.Errorf("%s: encoded as %q..., want the binary format", name, b[:1])
 		}
 		got, err := decodeRecord(b)
@@ -64,24 +67,6 @@ func TestRecordCodecRoundTrip(t *testing.T) {
 	}
 }
 
-// Stores written by schema 1 hold JSON records; they must read the same.
-func TestRecordCodecReadsSchema1JSON(t *testing.T) {
-	for name, r := range codecRecords() {
-		r.Version = 1
-		b, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := decodeRecord(b)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		sameRecord(t, name, got, r)
-	}
-}
-
-// A damaged value is refused, never half-read: every truncation and any
-// trailing garbage is an error, and random bytes never panic the decoder.
 func TestRecordCodecRefusesDamage(t *testing.T) {
 	b, _ := encodeRecord(codecRecords()["full v4"])
 	for n := 0; n < len(b); n++ {
@@ -132,118 +117,67 @@ func TestRangeSetsCodec(t *testing.T) {
 	}
 }
 
-// A store written by schema 1 (JSON values, schema byte 1) keeps working: its
-// records, range sets and audit log read back, the first write transaction
-// raises the schema to 2, and what is written from then on is binary.
-func TestSchema1StoreUpgrades(t *testing.T) {
-	s := newStore(t)
-	old := codecRecords()["full v4"]
-	old.Version = 1
-	legacy, _ := json.Marshal(old)
-	sets := []StoredRangeSet{{Ranges: []StoredRange{{Subnet: netip.MustParsePrefix("10.1.0.0/16"), Start: netip.MustParseAddr("10.1.0.2"), End: netip.MustParseAddr("10.1.255.254"), Gateway: netip.MustParseAddr("10.1.0.1")}}}}
-	legacySets, _ := json.Marshal(sets)
-	legacyEv, _ := json.Marshal(AuditEvent{Time: time.Unix(1700000000, 0).UTC(), Action: "release", ContainerID: "gone"})
-	if err := s.db.Update(func(btx *bolt.Tx) error {
-		// Schema 1 indexed reserved addresses as keys of a "taken" bucket.
-		if err := btx.DeleteBucket(bucketTaken); err != nil {
-			return err
-		}
-		if _, err := btx.CreateBucket(bucketTakenKeys); err != nil {
-			return err
-		}
-		// ... and its owners by containerID \0 ifname \0 addrKey.
-		if err := btx.DeleteBucket(bucketOwners); err != nil {
-			return err
-		}
-		if _, err := btx.CreateBucket(bucketOwnerNames); err != nil {
-			return err
-		}
-		key := addrKey(old.IP)
-		ownerKey := append([]byte(old.ContainerID+"\x00"+old.IfName+"\x00"), key...)
-		for _, kv := range [][3][]byte{
-			{bucketAllocs, key, legacy}, {bucketTakenKeys, key, {1}},
-			{bucketOwnerNames, ownerKey, nil},
-			{bucketMeta, keyRanges, legacySets}, {bucketMeta, keySchema, {1}},
-			{bucketAudit, []byte{0, 0, 0, 0, 0, 0, 0, 1}, legacyEv},
-		} {
-			if err := btx.Bucket(kv[0]).Put(kv[1], kv[2]); err != nil {
-				return err
-			}
-		}
-		return btx.Bucket(bucketAudit).SetSequence(1)
-	}); err != nil {
-		t.Fatal(err)
+// A store of another schema (an older binary's JSON values, a newer
+// binary's after a downgrade) is refused by every kind of open with a
+// *SchemaError naming the schema found and the one expected, never taken for
+// damage (which the daemon would set aside and rebuild, dropping records); a
+// schema value no version writes is damage. Either way the file is left
+// exactly as it was.
+func TestOpenRefusesOtherSchemas(t *testing.T) {
+	cases := []struct {
+		name   string
+		value  []byte // the meta schema value (nil: deleted)
+		damage bool   // ErrStoreUnreadable, not *SchemaError
+		says   string
+	}{
+		{"schema 1 (JSON values)", []byte{1}, false, "has schema 1"},
+		{"newer schema", []byte{SchemaVersion + 1}, false, fmt.Sprintf("has schema %d", SchemaVersion+1)},
+		{"schema 0", []byte{0}, true, "meta schema value 00 is no schema"},
+		{"no schema", nil, true, "meta schema value  is no schema"},
+		{"two-byte value", []byte{2, 2}, true, "meta schema value 0202 is no schema"},
 	}
-	s.Close()
-
-	// Readers (the daemon, the CLI) open it read-only before any plugin call
-	// has upgraded it: everything reads, from the records' keys.
-	ro, err := Open(s.Path(), OpenOptions{ReadOnly: true})
-	if err != nil {
-		t.Fatalf("read-only open of a schema 1 store: %v", err)
+	for _, tc := range cases {
+		for _, mode := range []OpenOptions{{Create: true}, {}, {ReadOnly: true}} {
+			t.Run(fmt.Sprintf("%s/readonly=%v,create=%v", tc.name, mode.ReadOnly, mode.Create), func(t *testing.T) {
+				s := newStore(t)
+				update(t, s, func(tx *Tx) error { return tx.Put(rec("10.0.0.2", "c1", "eth0")) })
+				if err := s.db.Update(func(btx *bolt.Tx) error {
+					if tc.value == nil {
+						return btx.Bucket(bucketMeta).Delete(keySchema)
+					}
+					return btx.Bucket(bucketMeta).Put(keySchema, tc.value)
+				}); err != nil {
+					t.Fatal(err)
+				}
+				s.Close()
+				before, _ := os.ReadFile(s.Path())
+				mode.LockTimeout = time.Second
+				s2, err := Open(s.Path(), mode)
+				if err == nil {
+					s2.Close()
+					t.Fatal("Open succeeded on a store of another schema")
+				}
+				var se *SchemaError
+				switch {
+				case tc.damage && (!errors.Is(err, ErrStoreUnreadable) || errors.As(err, &se)):
+					t.Fatalf("err = %v, want ErrStoreUnreadable", err)
+				case tc.damage:
+				case !errors.As(err, &se) || !errors.Is(err, ErrStoreSchema):
+					t.Fatalf("err = %v, want a *SchemaError (ErrStoreSchema)", err)
+				case IsDamage(err) || IsEnvironmentError(err):
+					t.Errorf("a store of another schema classed as damage or environment: %v", err)
+				default:
+					if want := fmt.Sprintf("reads schema %d only", SchemaVersion); !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q: want it to name the schema expected (%q)", err, want)
+					}
+				}
+				if msg := err.Error(); !strings.Contains(msg, tc.says) || !strings.Contains(msg, s.Path()) {
+					t.Errorf("error %q: want it to name the path and %q", msg, tc.says)
+				}
+				if after, _ := os.ReadFile(s.Path()); !bytes.Equal(before, after) {
+					t.Error("a refused Open modified the store")
+				}
+			})
+		}
 	}
-	view(t, ro, func(tx *Tx) error {
-		if !tx.Taken(old.IP) || tx.Count() != 1 {
-			t.Errorf("schema 1, read-only: Taken %v Count %d, want true 1", tx.Taken(old.IP), tx.Count())
-		}
-		if u := Usage(tx, sets); len(u) != 1 || u[0].Used != 1 {
-			t.Errorf("schema 1, read-only: Usage %+v, want 1 used", u)
-		}
-		if full := FullRangeSets(tx, sets); len(full) != 0 {
-			t.Errorf("schema 1, read-only: FullRangeSets %v", full)
-		}
-		if recs, err := tx.ByOwner(old.ContainerID, old.IfName); err != nil || len(recs) != 1 {
-			t.Errorf("schema 1, read-only: ByOwner %v, %v", recs, err)
-		}
-		return nil
-	})
-	ro.Close()
-
-	s, err = Open(s.Path(), OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	view(t, s, func(tx *Tx) error {
-		if v := tx.meta.Get(keySchema); len(v) != 1 || v[0] != SchemaVersion {
-			t.Errorf("schema after a read-write open: %v, want %d", v, SchemaVersion)
-		}
-		if tx.btx.Bucket(bucketOwnerNames) != nil {
-			t.Error("schema 1's owners bucket kept after the upgrade")
-		}
-		checkIndex(t, tx)
-		if tx.btx.Bucket(bucketTakenKeys) != nil || !tx.Taken(old.IP) || tx.Count() != 1 {
-			t.Errorf("schema 1's taken keys not replaced by the bitmap: old bucket kept %v, Taken %v, Count %d",
-				tx.btx.Bucket(bucketTakenKeys) != nil, tx.Taken(old.IP), tx.Count())
-		}
-		recs, err := tx.ByOwner(old.ContainerID, old.IfName)
-		if err != nil || len(recs) != 1 {
-			t.Fatalf("ByOwner: %v, %v", recs, err)
-		}
-		sameRecord(t, "schema 1 record", recs[0], old)
-		got, err := tx.RangeSets()
-		if err != nil || !reflect.DeepEqual(got, sets) {
-			t.Errorf("RangeSets: %+v, %v", got, err)
-		}
-		return nil
-	})
-	update(t, s, func(tx *Tx) error {
-		if err := tx.SetRangeSets(sets); err != nil {
-			return err
-		}
-		if _, err := Release(tx, old.ContainerID, old.IfName, "DEL", "plugin", time.Now()); err != nil {
-			return err
-		}
-		if isJSON(tx.meta.Get(keyRanges)) {
-			t.Error("range sets still JSON after SetRangeSets")
-		}
-		return nil
-	})
-	view(t, s, func(tx *Tx) error {
-		log, err := tx.AuditLog(10)
-		if err != nil || len(log) != 2 || log[0].ContainerID != "gone" || log[1].ContainerID != old.ContainerID {
-			t.Errorf("audit log mixing JSON and binary entries: %+v, %v", log, err)
-		}
-		return nil
-	})
 }

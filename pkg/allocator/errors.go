@@ -10,11 +10,11 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Store failures come in three classes, and what a caller does differs:
+// Store failures come in four classes, and what a caller does differs:
 //
 //   - ErrStoreUnreadable (damage found at open): the file is not a usable
 //     store: empty, truncated, not a bbolt file, a bad meta page or checksum,
-//     a newer schema, a root page or meta bucket bbolt panics on. The daemon
+//     a root page or meta bucket bbolt panics on. The daemon
 //     sets it aside and rebuilds it; ADD refuses (CNI 11: the rebuild is on
 //     its way); DEL treats it as nothing to release.
 //   - ErrStorePageDamaged (damage met later): the store opened, but a page a
@@ -34,13 +34,37 @@ import (
 //     The plugin answers CNI 5 naming the errno and the path. A symlink in
 //     place of the store file is in this class too (ELOOP): the store is
 //     never opened through one.
+//   - ErrStoreSchema (another layout): the file is a store, but its meta
+//     names another schema than SchemaVersion (an older binary's, or a newer
+//     one's after a downgrade). Its records may be intact, so it is
+//     never set aside nor rebuilt (that would drop them): the daemon reports
+//     it and skips the network; ADD, CHECK and STATUS refuse (CNI 5 / 50,
+//     naming both schemas); DEL treats it as nothing it can release (exit 0,
+//     logged: the daemon of the matching version reclaims what leaks); the
+//     CLI reports it and exits non-zero. The operator runs the matching
+//     binary. A *SchemaError says which schema was found.
 //
 // IsDamage and IsEnvironmentError test for the classes.
 var (
 	ErrStoreUnreadable  = errors.New("store unreadable")
 	ErrStorePageDamaged = errors.New("store damaged")
 	ErrStoreIO          = errors.New("store I/O error")
+	ErrStoreSchema      = errors.New("store schema not supported")
 )
+
+// SchemaError is a store of another schema than this binary's (Found).
+// errors.Is(err, ErrStoreSchema) holds.
+type SchemaError struct {
+	Path  string
+	Found int
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("%s: %s has schema %d; this binary reads schema %d only (the store is left as it is: it is not damage; run the hostlease version that wrote it)",
+		ErrStoreSchema, e.Path, e.Found, SchemaVersion)
+}
+
+func (e *SchemaError) Is(target error) bool { return target == ErrStoreSchema }
 
 // IsDamage reports whether err says the store's content cannot be trusted
 // (ErrStoreUnreadable or ErrStorePageDamaged).
@@ -110,7 +134,7 @@ func classifyOpenError(path, op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrStoreUnreadable), errors.Is(err, ErrStorePageDamaged), errors.Is(err, ErrStoreIO):
+	case errors.Is(err, ErrStoreUnreadable), errors.Is(err, ErrStorePageDamaged), errors.Is(err, ErrStoreIO), errors.Is(err, ErrStoreSchema):
 		return err
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
@@ -182,7 +206,7 @@ func classifyTxError(path string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrStoreUnreadable), errors.Is(err, ErrStorePageDamaged), errors.Is(err, ErrStoreIO):
+	case errors.Is(err, ErrStoreUnreadable), errors.Is(err, ErrStorePageDamaged), errors.Is(err, ErrStoreIO), errors.Is(err, ErrStoreSchema):
 		return err
 	}
 	if isSystemError(err) {

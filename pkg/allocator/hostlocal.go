@@ -98,10 +98,8 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 		if err := tx.Put(rec); err != nil {
 			return n, err
 		}
-		if tx.imported != nil {
-			if err := tx.imported.Put(addrKey(ip), nil); err != nil {
-				return n, err
-			}
+		if err := tx.imported.Put(addrKey(ip), nil); err != nil {
+			return n, err
 		}
 		n++
 	}

@@ -85,9 +85,6 @@ func newDamaged(key, raw []byte, err error) DamagedRecord {
 // salvageOwner reads a binary record's owner fields as far as they are
 // intact (they come fifth and sixth; see appendRecord).
 func salvageOwner(raw []byte) (containerID, ifname string) {
-	if isJSON(raw) {
-		return "", ""
-	}
 	d := newDec(raw)
 	d.addr()
 	d.smallInt()
@@ -225,7 +222,7 @@ func (tx *Tx) compareIndexes(why string, fix bool) IndexRepair {
 		ip, ok := keyAddr(k)
 		if ok {
 			keys[string(k)] = true
-			if tx.taken != nil && !(takenBits{tx.taken}).has(ip) {
+			if tx.taken == nil || !(takenBits{tx.taken}).has(ip) {
 				missingBits = append(missingBits, ip)
 			}
 		}
@@ -237,7 +234,7 @@ func (tx *Tx) compareIndexes(why string, fix bool) IndexRepair {
 		}
 		ok2 := append(ownerPrefix(owner[0], owner[1]), k...)
 		owners[string(ok2)] = true
-		if tx.owners != nil && tx.owners.Get(ok2) == nil {
+		if tx.owners == nil || tx.owners.Get(ok2) == nil {
 			missingOwners = append(missingOwners, ok2)
 		}
 		return nil

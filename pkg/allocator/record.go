@@ -1,19 +1,15 @@
 package allocator
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"time"
 )
 
-// SchemaVersion is the version of the record and store layout this code writes.
-// Readers refuse stores with a newer version rather than misreading them.
-//
-//	1: JSON values.
-//	2: binary values (codec.go); schema 1 values are still read, and a store's
-//	   schema is raised to 2 by the first write transaction of a binary that
-//	   writes binary values, so that a schema 1 binary refuses it cleanly.
+// SchemaVersion is the version of the store layout (buckets and binary
+// values, codec.go) this code reads and writes. A store of any other schema is
+// refused (ErrStoreSchema): older ones (1: JSON values) never left this
+// repository, and a newer one would be misread.
 const SchemaVersion = 2
 
 // State is where an allocation stands in its chain's life.
@@ -96,21 +92,11 @@ func decodeAt(key, v []byte) (*Record, error) {
 	return r, nil
 }
 
-// decodeRecord reads a stored record in either form (binary, or schema 1's JSON).
+// decodeRecord reads a stored record (codec.go's binary form).
 func decodeRecord(b []byte) (*Record, error) {
-	if !isJSON(b) {
-		r, err := readRecord(b)
-		if err != nil {
-			return nil, fmt.Errorf("undecodable record: %w", err)
-		}
-		return r, nil
-	}
-	r := &Record{}
-	if err := json.Unmarshal(b, r); err != nil {
+	r, err := readRecord(b)
+	if err != nil {
 		return nil, fmt.Errorf("undecodable record: %w", err)
-	}
-	if r.Version > 1 {
-		return nil, fmt.Errorf("JSON record of schema v%d: only v1 records are JSON", r.Version)
 	}
 	return r, nil
 }

@@ -29,17 +29,11 @@ import (
 // meta also keeps "records", the number of records in allocs (8 bytes, big
 // endian), written in the same transaction as every record put or deleted: it
 // is the count the derived indexes are checked against (see indexesAgree).
-//
-// Schema 1 stores kept a keys-only "taken" bucket instead of takenbits and an
-// "owners" bucket keyed by the full containerID \0 ifname \0 addrKey instead
-// of ownerhash; the first read-write open replaces both.
 var (
 	bucketMeta       = []byte("meta")
 	bucketAllocs     = []byte("allocs")
 	bucketTaken      = []byte("takenbits")
-	bucketTakenKeys  = []byte("taken") // schema 1's index, replaced by takenbits
 	bucketOwners     = []byte("ownerhash")
-	bucketOwnerNames = []byte("owners") // schema 1's owners index, replaced by ownerhash
 	bucketExhaustion = []byte("exhaustion")
 	bucketAudit      = []byte("audit")
 	bucketImported   = []byte("imported")
@@ -102,8 +96,9 @@ type OpenOptions struct {
 }
 
 // Open opens the store at path. A file that exists but is empty, truncated or
-// otherwise undecodable yields an error wrapping ErrStoreUnreadable; the file is
-// left untouched (it is evidence). A failure of the system (read-only file
+// otherwise undecodable yields an error wrapping ErrStoreUnreadable; a store of
+// another schema a *SchemaError (ErrStoreSchema); in both cases the file is
+// left untouched (it is evidence, or another version's). A failure of the system (read-only file
 // system, no space, too many open files, permissions) is a *StoreIOError
 // (ErrStoreIO). path is never followed if it is a symlink: a symlink there,
 // dangling or not, is an error naming it (ELOOP), and nothing is created at
@@ -164,7 +159,7 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 			db.Close()
 			return nil, err
 		}
-	} else if err := s.checkSchema(); err != nil {
+	} else if err := s.checkReadable(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -297,66 +292,83 @@ func (s *Store) init() (err error) {
 		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
 		}
-		meta := btx.Bucket(bucketMeta)
-		if meta == nil {
-			return nil
+		if err := checkSchema(btx, s.path); err != nil || btx.Bucket(bucketAllocs) == nil {
+			return err // refused, or a new file: initialise it
 		}
-		if meta.Get(keySchema) != nil && btx.Bucket(bucketAllocs) == nil {
-			// An initialised store without its records: recreating the
-			// bucket would hand every address in use out again.
-			return fmt.Errorf("%w: %s lacks its allocs bucket", ErrStoreUnreadable, s.path)
-		}
-		if v := meta.Get(keySchema); len(v) == 1 && int(v[0]) < SchemaVersion {
-			return nil // raised below
-		} else if v == nil {
-			return nil
-		} else if len(v) != 1 || int(v[0]) > SchemaVersion {
-			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
-		}
-		for _, b := range [][]byte{bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit, bucketImported} {
+		for _, b := range derivedBuckets {
 			if btx.Bucket(b) == nil {
 				return nil
 			}
 		}
-		if len(meta.Get(keyRecords)) != 8 {
-			return nil
-		}
-		ready = true
+		ready = len(btx.Bucket(bucketMeta).Get(keyRecords)) == 8
 		return nil
 	}); err != nil || ready {
 		return err
 	}
-	return s.upgrade()
+	return s.initialise()
 }
 
-// upgrade creates missing buckets and derived indexes and raises the schema
-// (first use, or a store of an earlier version). A page it then fails to read
-// is page damage, as in any later transaction: the daemon's open reads no more
+// derivedBuckets are the buckets a store of this schema has besides meta and
+// allocs. The indexes among them are derived from the records: initialise
+// rebuilds one that is missing (damage) instead of refusing the store.
+var derivedBuckets = [][]byte{bucketTaken, bucketOwners, bucketExhaustion, bucketAudit, bucketImported}
+
+// checkSchema refuses a store whose meta names another schema than
+// SchemaVersion (*SchemaError, ErrStoreSchema: another version's store, not
+// damage). A schema value no version ever wrote (none, 0, more than one
+// byte), or a meta or allocs bucket gone while the other remains, is damage
+// (ErrStoreUnreadable: recreating the records would hand every address in
+// use out again). A file with neither bucket is new.
+func checkSchema(btx *bolt.Tx, path string) error {
+	meta, allocs := btx.Bucket(bucketMeta), btx.Bucket(bucketAllocs)
+	switch {
+	case meta == nil && allocs == nil:
+		return nil
+	case meta == nil:
+		return fmt.Errorf("%w: %s lacks its meta bucket", ErrStoreUnreadable, path)
+	case allocs == nil:
+		return fmt.Errorf("%w: %s lacks its allocs bucket", ErrStoreUnreadable, path)
+	}
+	switch v := meta.Get(keySchema); {
+	case len(v) != 1 || v[0] == 0:
+		return fmt.Errorf("%w: %s: meta schema value %x is no schema", ErrStoreUnreadable, path, v)
+	case int(v[0]) != SchemaVersion:
+		return &SchemaError{Path: path, Found: int(v[0])}
+	}
+	return nil
+}
+
+// initialise makes a new file a store of this schema, or restores the
+// derived buckets and the records count of a store that lost them (damage:
+// the indexes are rebuilt from the records). A page it then fails to read is
+// page damage, as in any later transaction: the daemon's open reads no more
 // than init's first look, so it must not be told to rebuild.
-func (s *Store) upgrade() (err error) {
+func (s *Store) initialise() (err error) {
 	defer recoverDamaged(&err, s.path)
 	return s.db.Update(func(btx *bolt.Tx) error {
-		backfill := btx.Bucket(bucketTaken) == nil && btx.Bucket(bucketAllocs) != nil
-		backfillOwners := btx.Bucket(bucketOwners) == nil && btx.Bucket(bucketAllocs) != nil
-		backfillImported := btx.Bucket(bucketImported) == nil && btx.Bucket(bucketAllocs) != nil
-		for _, old := range [][]byte{bucketTakenKeys, bucketOwnerNames} {
-			if btx.Bucket(old) != nil {
-				if err := btx.DeleteBucket(old); err != nil {
-					return err
-				}
-			}
+		if err := checkSchema(btx, s.path); err != nil {
+			return err
 		}
-		for _, b := range [][]byte{bucketMeta, bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion, bucketAudit, bucketImported} {
+		fresh := btx.Bucket(bucketAllocs) == nil
+		restoreTaken := !fresh && btx.Bucket(bucketTaken) == nil
+		restoreOwners := !fresh && btx.Bucket(bucketOwners) == nil
+		restoreImported := !fresh && btx.Bucket(bucketImported) == nil
+		for _, b := range append([][]byte{bucketMeta, bucketAllocs}, derivedBuckets...) {
 			if btx.Bucket(b) == nil {
 				if _, err := btx.CreateBucket(b); err != nil {
 					return err
 				}
 			}
 		}
-		if backfill {
-			// A store written before the bitmap existed.
+		meta, allocs := btx.Bucket(bucketMeta), btx.Bucket(bucketAllocs)
+		if fresh {
+			if err := meta.Put(keySchema, []byte{SchemaVersion}); err != nil {
+				return err
+			}
+		}
+		if restoreTaken {
 			taken := takenBits{btx.Bucket(bucketTaken)}
-			if err := btx.Bucket(bucketAllocs).ForEach(func(k, _ []byte) error {
+			if err := allocs.ForEach(func(k, _ []byte) error {
 				if ip, ok := keyAddr(k); ok {
 					return taken.set(ip, true)
 				}
@@ -365,11 +377,11 @@ func (s *Store) upgrade() (err error) {
 				return err
 			}
 		}
-		if backfillOwners {
-			// A store written before ownerhash: index every record that decodes
-			// (one that does not is left to hostlease-gc, as everywhere).
+		if restoreOwners {
+			// Every record that decodes (one that does not is left to
+			// RepairIndexes, which files it under its readable owner).
 			owners := btx.Bucket(bucketOwners)
-			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
+			if err := allocs.ForEach(func(k, v []byte) error {
 				if r, err := decodeAt(k, v); err == nil {
 					return owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), k...), nil)
 				}
@@ -378,11 +390,10 @@ func (s *Store) upgrade() (err error) {
 				return err
 			}
 		}
-		if backfillImported {
-			// A store written before the imported index: its host-local
-			// records are those whose source says so.
+		if restoreImported {
+			// The host-local records are those whose source says so.
 			imported := btx.Bucket(bucketImported)
-			if err := btx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
+			if err := allocs.ForEach(func(k, v []byte) error {
 				if r, err := decodeAt(k, v); err == nil && r.Source == SourceHostLocal {
 					return imported.Put(k, nil)
 				}
@@ -391,25 +402,19 @@ func (s *Store) upgrade() (err error) {
 				return err
 			}
 		}
-		meta := btx.Bucket(bucketMeta)
 		if len(meta.Get(keyRecords)) != 8 {
-			n := btx.Bucket(bucketAllocs).Stats().KeyN
-			if err := meta.Put(keyRecords, binary.BigEndian.AppendUint64(nil, uint64(n))); err != nil {
+			if err := meta.Put(keyRecords, binary.BigEndian.AppendUint64(nil, uint64(allocs.Stats().KeyN))); err != nil {
 				return err
 			}
 		}
-		if v := meta.Get(keySchema); len(v) > 1 || len(v) == 1 && int(v[0]) > SchemaVersion {
-			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
-		} else if len(v) == 1 && int(v[0]) == SchemaVersion {
-			return nil
-		}
-		// New, or schema 1 (JSON values, which stay readable): from now on
-		// binary values may be written, which a schema 1 binary cannot read.
-		return meta.Put(keySchema, []byte{SchemaVersion})
+		return nil
 	})
 }
 
-func (s *Store) checkSchema() (err error) {
+// checkReadable is a read-only open's look: the length and the schema. A
+// read-only view of a store that lost a derived index reads the records
+// instead (see wrapTx); the next read-write open restores the index.
+func (s *Store) checkReadable() (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err, s.path)
 	return s.db.View(func(btx *bolt.Tx) error {
@@ -418,16 +423,10 @@ func (s *Store) checkSchema() (err error) {
 		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
 		}
-		tx := wrapTx(btx)
-		// A schema 1 store has no taken bitmap nor ownerhash until its first
-		// read-write open; reads use its records instead (Tx.takenIter, ByOwner).
-		if tx.meta == nil || tx.allocs == nil {
+		if btx.Bucket(bucketMeta) == nil || btx.Bucket(bucketAllocs) == nil {
 			return fmt.Errorf("%w: %s lacks its buckets", ErrStoreUnreadable, s.path)
 		}
-		if v := tx.meta.Get(keySchema); len(v) != 1 || int(v[0]) > SchemaVersion {
-			return fmt.Errorf("%w: %s has schema %v, this binary knows up to %d", ErrStoreUnreadable, s.path, v, SchemaVersion)
-		}
-		return nil
+		return checkSchema(btx, s.path)
 	})
 }
 
@@ -508,7 +507,7 @@ func recoverDamaged(err *error, path string) {
 }
 
 func wrapTx(btx *bolt.Tx) *Tx {
-	return &Tx{
+	tx := &Tx{
 		btx:        btx,
 		meta:       btx.Bucket(bucketMeta),
 		allocs:     btx.Bucket(bucketAllocs),
@@ -518,4 +517,9 @@ func wrapTx(btx *bolt.Tx) *Tx {
 		audit:      btx.Bucket(bucketAudit),
 		imported:   btx.Bucket(bucketImported),
 	}
+	tx.reserved = takenBits{tx.taken}
+	if tx.taken == nil {
+		tx.reserved = recordKeys{tx.allocs}
+	}
+	return tx
 }

@@ -22,6 +22,8 @@ import (
 type Tx struct {
 	btx                                                      *bolt.Tx
 	meta, allocs, taken, owners, exhaustion, audit, imported *bolt.Bucket
+	// reserved reads the reserved addresses: the taken bitmap (see wrapTx).
+	reserved reservedIndex
 
 	// damagedSeen are the undecodable records this transaction met (each
 	// once); repairs the index repairs it made. Callers log them.
@@ -100,12 +102,7 @@ func (tx *Tx) Lookup(ip netip.Addr) (*Record, *DamagedRecord) {
 // Taken reports whether ip is reserved, without decoding the record. It reads
 // the taken bitmap, a derived index: ADD verifies what it chooses against the
 // records (see allocateOne).
-func (tx *Tx) Taken(ip netip.Addr) bool {
-	if tx.taken == nil {
-		return tx.allocs.Get(addrKey(ip)) != nil // schema 1, read-only
-	}
-	return takenBits{tx.taken}.has(ip)
-}
+func (tx *Tx) Taken(ip netip.Addr) bool { return tx.reserved.has(ip) }
 
 // hasRecord reports whether ip has a record, healthy or damaged.
 func (tx *Tx) hasRecord(ip netip.Addr) bool { return tx.allocs.Get(addrKey(ip)) != nil }
@@ -159,10 +156,8 @@ func (tx *Tx) Replace(r *Record) (*Record, *DamagedRecord, error) {
 			return nil, nil, err
 		}
 	}
-	if tx.imported != nil {
-		if err := tx.imported.Delete(key); err != nil {
-			return nil, nil, err
-		}
+	if err := tx.imported.Delete(key); err != nil {
+		return nil, nil, err
 	}
 	return prev, damaged, tx.putRecord(r, key, false)
 }
@@ -213,10 +208,8 @@ func (tx *Tx) deleteDamaged(key []byte, ip netip.Addr) error {
 	if err := tx.allocs.Delete(key); err != nil {
 		return err
 	}
-	if tx.imported != nil {
-		if err := tx.imported.Delete(key); err != nil {
-			return err
-		}
+	if err := tx.imported.Delete(key); err != nil {
+		return err
 	}
 	if ip.IsValid() {
 		if err := (takenBits{tx.taken}).set(ip, false); err != nil {
@@ -254,11 +247,9 @@ func (tx *Tx) deleteRead(r *Record) error {
 	if err := tx.allocs.Delete(key); err != nil {
 		return err
 	}
-	if tx.imported != nil {
-		// Deleting a key that is not there touches no page.
-		if err := tx.imported.Delete(key); err != nil {
-			return err
-		}
+	// Deleting a key that is not there touches no page.
+	if err := tx.imported.Delete(key); err != nil {
+		return err
 	}
 	if err := (takenBits{tx.taken}).set(r.IP, false); err != nil {
 		return err
@@ -301,8 +292,8 @@ func (tx *Tx) setRecordCount(n int) error {
 func (tx *Tx) ByOwner(containerID, ifname string) ([]*Record, error) {
 	var out []*Record
 	if tx.owners == nil {
-		// A read-only view of a store whose index predates ownerhash (it is
-		// built on the first read-write open): look at every record.
+		// A read-only view of a store that lost its owner index (damage;
+		// the next read-write open restores it): look at every record.
 		return tx.scanOwner(containerID, ifname), nil
 	}
 	prefix := ownerPrefix(containerID, ifname)
@@ -349,7 +340,7 @@ func (tx *Tx) scanOwner(containerID, ifname string) []*Record {
 
 // ownerMatches compares a binary record's owner fields with (containerID,
 // ifname) in place, without decoding the record; sure is false when it cannot
-// tell (a JSON or damaged value: the caller decodes).
+// tell (a damaged value: the caller decodes).
 func ownerMatches(v []byte, containerID, ifname string) (match, sure bool) {
 	if len(v) == 0 || v[0] != binaryFormat {
 		return false, false
@@ -382,12 +373,7 @@ func (tx *Tx) ForEach(fn func(*Record) error) error {
 }
 
 // Count is the number of reserved addresses (it counts the taken bitmap's bits).
-func (tx *Tx) Count() int {
-	if tx.taken == nil {
-		return tx.allocs.Stats().KeyN // schema 1, read-only
-	}
-	return takenBits{tx.taken}.count()
-}
+func (tx *Tx) Count() int { return tx.reserved.count() }
 
 // Network is the network name the store was first written for ("" if never).
 func (tx *Tx) Network() string { return string(tx.meta.Get(keyNetwork)) }
@@ -437,13 +423,7 @@ func (tx *Tx) RangeSets() ([]StoredRangeSet, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var out []StoredRangeSet
-	var err error
-	if isJSON(v) {
-		err = json.Unmarshal(v, &out)
-	} else {
-		out, err = readRangeSets(v)
-	}
+	out, err := readRangeSets(v)
 	if err != nil {
 		return nil, fmt.Errorf("%w: stored range sets: %v", ErrDamagedValue, err)
 	}
@@ -529,13 +509,7 @@ func (tx *Tx) AuditLog(limit int) ([]AuditEvent, error) {
 	var out []AuditEvent
 	c := tx.audit.Cursor()
 	for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
-		var ev AuditEvent
-		var err error
-		if isJSON(v) {
-			err = json.Unmarshal(v, &ev)
-		} else {
-			ev, err = readAudit(v)
-		}
+		ev, err := readAudit(v)
 		if err != nil {
 			// A damaged entry is shown as such; it never hides the others.
 			ev = AuditEvent{Action: AuditDamagedEntry, Reason: err.Error()}
