@@ -11,6 +11,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cmdAdd reserves one address per range set, as host-local would, and records
@@ -33,7 +34,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	s, err := openStore(c, true, false)
 	if err != nil {
-		if errors.Is(err, allocator.ErrStoreUnreadable) {
+		if errors.Is(err, store.ErrUnreadable) {
 			kick(c) // the daemon rebuilds it at once instead of at its next sweep
 		}
 		return storeError(c, err)
@@ -50,9 +51,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	var aerr *types.Error
 	var notes txNotes
 	imported := 0
-	err = s.Update(func(tx *allocator.Tx) error {
+	err = s.Update(func(tx *store.Tx) error {
 		hlDir := allocator.HostLocalDir(c.HostLocalDir, c.Network)
-		n, err := tx.MigrateOnce(hlDir, c.Network, c.RangeSets, req.Now)
+		n, err := allocator.MigrateOnce(tx, hlDir, c.Network, c.RangeSets, req.Now)
 		if err != nil {
 			return err
 		}
@@ -88,7 +89,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		notes.log(log)
 	}
 	if err != nil {
-		if allocator.IsDamage(err) {
+		if store.IsDamage(err) {
 			kick(c)
 		}
 		return storeError(c, err)

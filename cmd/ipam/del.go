@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cmdDel releases the attachment's addresses. It never fails for missing
@@ -49,12 +50,12 @@ func cmdDel(args *skel.CmdArgs) error {
 	s, err := openStore(c, create, false)
 	if err != nil {
 		switch {
-		case allocator.IsDamage(err):
+		case store.IsDamage(err):
 			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
-		case allocator.IsEnvironmentError(err):
+		case store.IsEnvironmentError(err):
 			return delReadOnly(c, args, log, err)
-		case errors.Is(err, allocator.ErrStoreSchema):
+		case errors.Is(err, store.ErrSchema):
 			// Not damage: its records may be intact, for a binary of that
 			// schema. None can be released here; a failing DEL would be
 			// retried forever, so the leak is left to that version's daemon.
@@ -67,20 +68,20 @@ func cmdDel(args *skel.CmdArgs) error {
 	now := time.Now()
 	var released []*allocator.Record
 	var notes txNotes
-	err = s.Update(func(tx *allocator.Tx) error {
-		if _, err := tx.MigrateOnce(allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, now); err != nil {
+	err = s.Update(func(tx *store.Tx) error {
+		if _, err := allocator.MigrateOnce(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, now); err != nil {
 			return err
 		}
-		released, err = allocator.Release(tx, args.ContainerID, args.IfName, "DEL", "plugin", now)
+		released, err = allocator.Release(tx, args.ContainerID, args.IfName, allocator.Why{Reason: "DEL", By: "plugin"}, now)
 		notes = notesOf(tx)
 		return err
 	})
 	if err != nil {
 		switch {
-		case allocator.IsDamage(err):
+		case store.IsDamage(err):
 			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
-		case allocator.IsEnvironmentError(err) && len(released) == 0:
+		case store.IsEnvironmentError(err) && len(released) == 0:
 			// Nothing was held; what could not be written was an index
 			// repair (or the first import), which the next writer redoes.
 			log().Warn("nothing to release; the store could not be written", "error", err)
@@ -117,7 +118,7 @@ func delReadOnly(c *allocator.Config, args *skel.CmdArgs, log func() *slog.Logge
 	if errors.Is(rwErr, syscall.ELOOP) {
 		// A symlink at the store path is never followed. A dangling one
 		// holds nothing; one that points at a file is the operator's to fix.
-		if _, err := os.Stat(allocator.StorePath(c.StoreDir, c.Network)); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(store.FilePath(c.StoreDir, c.Network)); errors.Is(err, os.ErrNotExist) {
 			log().Warn("a dangling symlink is in place of the store: nothing to release", "error", rwErr)
 			return nil
 		}
@@ -125,7 +126,7 @@ func delReadOnly(c *allocator.Config, args *skel.CmdArgs, log func() *slog.Logge
 	}
 	s, err := openStore(c, false, true)
 	if err != nil {
-		if allocator.IsDamage(err) {
+		if store.IsDamage(err) {
 			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
 		}
@@ -138,13 +139,13 @@ func delReadOnly(c *allocator.Config, args *skel.CmdArgs, log func() *slog.Logge
 	defer s.Close()
 	var recs []*allocator.Record
 	var notes txNotes
-	err = s.View(func(tx *allocator.Tx) error {
+	err = s.View(func(tx *store.Tx) error {
 		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
 		notes = notesOf(tx)
 		return err
 	})
 	if err != nil {
-		if allocator.IsDamage(err) {
+		if store.IsDamage(err) {
 			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
 		}

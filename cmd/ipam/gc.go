@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cmdGC releases every reservation of this network whose attachment is not in
@@ -37,7 +38,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	defer s.Close()
 	var gone []*allocator.Record
 	var notes txNotes
-	err = s.Update(func(tx *allocator.Tx) error {
+	err = s.Update(func(tx *store.Tx) error {
 		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, time.Now())
 		notes = notesOf(tx)
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // markerAdd runs when hostlease is the last plugin of a conflist: every plugin
@@ -51,8 +52,8 @@ func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
 	defer s.UnlockForExit()
 	n := 0
 	var notes txNotes
-	err = s.Update(func(tx *allocator.Tx) error {
-		n, err = allocator.Commit(tx, args.ContainerID, args.IfName, time.Now())
+	err = s.Update(func(tx *store.Tx) error {
+		n, err = allocator.MarkCommitted(tx, args.ContainerID, args.IfName, time.Now())
 		notes = notesOf(tx)
 		return err
 	})
@@ -93,7 +94,7 @@ func held(c *allocator.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes
 	defer s.Close()
 	var recs []*allocator.Record
 	var notes txNotes
-	err = s.View(func(tx *allocator.Tx) error {
+	err = s.View(func(tx *store.Tx) error {
 		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
 		notes = notesOf(tx)
 		return err

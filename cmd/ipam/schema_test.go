@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // A store of another schema (here schema 1, JSON values) is refused by ADD,
@@ -29,7 +30,7 @@ func TestVerbsOnAStoreOfAnotherSchema(t *testing.T) {
 	if err := discardStdout(func() error { return cmdAdd(args) }); err != nil {
 		t.Fatal(err)
 	}
-	path := allocator.StorePath(dir, "net1")
+	path := store.FilePath(dir, "net1")
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestVerbsOnAStoreOfAnotherSchema(t *testing.T) {
 			t.Fatalf("%s: %v, want CNI error %d", verb, err, code)
 		}
 		msg := cerr.Msg
-		if !strings.Contains(msg, "has schema 1") || !strings.Contains(msg, fmt.Sprintf("reads schema %d only", allocator.SchemaVersion)) {
+		if !strings.Contains(msg, "has schema 1") || !strings.Contains(msg, fmt.Sprintf("reads schema %d only", store.SchemaVersion)) {
 			t.Errorf("%s: message %q does not name the schema found and the one expected", verb, msg)
 		}
 	}

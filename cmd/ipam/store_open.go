@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // logWith returns a logger writing to stderr (which runtimes keep in their
@@ -24,9 +25,9 @@ func logWith(attrs ...any) *slog.Logger {
 // openStore opens the network's store for one operation; with create it makes
 // the store on first use. Errors are returned as they are (callers decide what
 // missing or unreadable state means for their verb); storeError codes them.
-func openStore(c *allocator.Config, create, readOnly bool) (*allocator.Store, error) {
-	return allocator.Open(allocator.StorePath(c.StoreDir, c.Network),
-		allocator.OpenOptions{LockTimeout: c.LockTimeout, Create: create, ReadOnly: readOnly})
+func openStore(c *allocator.Config, create, readOnly bool) (*store.Store, error) {
+	return store.Open(store.FilePath(c.StoreDir, c.Network),
+		store.OpenOptions{LockTimeout: c.LockTimeout, Create: create, ReadOnly: readOnly})
 }
 
 // storeError codes a store failure by class (see allocator's errors.go):
@@ -39,26 +40,26 @@ func storeError(c *allocator.Config, err error) error {
 	switch {
 	case errors.As(err, &cerr):
 		return cerr
-	case errors.Is(err, allocator.ErrLockTimeout):
+	case errors.Is(err, store.ErrLockTimeout):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
-	case errors.Is(err, allocator.ErrStoreUnreadable):
+	case errors.Is(err, store.ErrUnreadable):
 		return types.NewError(types.ErrTryAgainLater,
 			fmt.Sprintf("%v; hostlease-gc sets it aside and rebuilds it from the runtime (or run `hostlease-gc rebuild`)", err), "")
-	case errors.Is(err, allocator.ErrStorePageDamaged):
+	case errors.Is(err, store.ErrPageDamaged):
 		return types.NewError(types.ErrIOFailure,
 			fmt.Sprintf("%v; the store is damaged: run `hostlease-gc rebuild --force` for network %s", err, c.Network), "")
-	case allocator.IsEnvironmentError(err):
+	case store.IsEnvironmentError(err):
 		return types.NewError(types.ErrIOFailure, "store: "+err.Error(), "")
-	case errors.Is(err, allocator.ErrStoreSchema):
+	case errors.Is(err, store.ErrSchema):
 		return types.NewError(types.ErrIOFailure, err.Error(), "")
 	}
-	return types.NewError(types.ErrIOFailure, fmt.Sprintf("store %s: %v", allocator.StorePath(c.StoreDir, c.Network), err), "")
+	return types.NewError(types.ErrIOFailure, fmt.Sprintf("store %s: %v", store.FilePath(c.StoreDir, c.Network), err), "")
 }
 
 // storeExists reports whether anything is at the network's store path (a
 // symlink there counts: Open refuses it, naming it).
 func storeExists(c *allocator.Config) bool {
-	_, err := os.Lstat(allocator.StorePath(c.StoreDir, c.Network))
+	_, err := os.Lstat(store.FilePath(c.StoreDir, c.Network))
 	return err == nil
 }
 
@@ -70,7 +71,7 @@ type txNotes struct {
 	damaged []allocator.DamagedRecord
 }
 
-func notesOf(tx *allocator.Tx) txNotes {
+func notesOf(tx *store.Tx) txNotes {
 	return txNotes{repairs: tx.Repairs(), damaged: tx.DamagedSeen()}
 }
 

@@ -1,10 +1,6 @@
 package allocator
 
-import (
-	"net/netip"
-
-	bolt "go.etcd.io/bbolt"
-)
+import "net/netip"
 
 // TakenIter walks reserved addresses in address order. The store walks its
 // taken bitmap (which also finds free addresses a word at a time: freeFinder);
@@ -14,21 +10,6 @@ type TakenIter interface {
 	Seek(from netip.Addr) (netip.Addr, bool)
 	// Next returns the taken address after the last one returned, if any.
 	Next() (netip.Addr, bool)
-}
-
-// Contains reports whether ip is allocatable territory of r (gateway included).
-func (r StoredRange) Contains(ip netip.Addr) bool {
-	return ip.BitLen() == r.Start.BitLen() && r.Start.Compare(ip) <= 0 && ip.Compare(r.End) <= 0
-}
-
-// rangeFor returns the index of the range of set holding ip, or -1.
-func rangeFor(set StoredRangeSet, ip netip.Addr) int {
-	for i, r := range set.Ranges {
-		if r.Contains(ip) {
-			return i
-		}
-	}
-	return -1
 }
 
 // segment is an inclusive span of one range to search.
@@ -106,38 +87,4 @@ func firstFree(taken TakenIter, from, to, gw netip.Addr) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
-}
-
-// takenIter walks the reserved addresses (see Tx.reserved).
-func (tx *Tx) takenIter() TakenIter { return tx.reserved.iter() }
-
-// reservedIndex is what a transaction reads the reserved addresses from: the
-// taken bitmap, or, in a read-only view of a store that lost its bitmap bucket
-// (damage; the next read-write open rebuilds it from the records), the
-// records' keys. wrapTx picks one; a read-write transaction always has the
-// bitmap.
-type reservedIndex interface {
-	has(ip netip.Addr) bool
-	count() int
-	iter() TakenIter
-}
-
-// recordKeys is a reservedIndex over the allocs bucket's keys.
-type recordKeys struct{ b *bolt.Bucket }
-
-func (r recordKeys) has(ip netip.Addr) bool { return r.b.Get(addrKey(ip)) != nil }
-func (r recordKeys) count() int             { return r.b.Stats().KeyN }
-func (r recordKeys) iter() TakenIter        { return &keysIter{r.b.Cursor()} }
-
-// keysIter walks address keys with a bucket cursor.
-type keysIter struct{ c *bolt.Cursor }
-
-func (it *keysIter) Seek(from netip.Addr) (netip.Addr, bool) {
-	k, _ := it.c.Seek(addrKey(from))
-	return keyAddr(k)
-}
-
-func (it *keysIter) Next() (netip.Addr, bool) {
-	k, _ := it.c.Next()
-	return keyAddr(k)
 }

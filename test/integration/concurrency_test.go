@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // holding is one container's hold on one address, timed from outside the
@@ -306,7 +307,7 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 		t.Errorf("only %d of %d calls completed", n, calls)
 	}
 
-	path := allocator.StorePath(dir, network)
+	path := store.FilePath(dir, network)
 	snap := readStore(t, path)
 	checkIntegrity(t, snap)
 	if snap.Count != 0 || len(snap.Records) != 0 {

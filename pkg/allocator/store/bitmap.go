@@ -1,4 +1,4 @@
-package allocator
+package store
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"net/netip"
 
+	"github.com/hostlease/hostlease/pkg/allocator"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -57,7 +58,7 @@ func nextBlock(k []byte) ([]byte, bool) {
 
 // bitSet reports whether bit off of block bm is set. A block of the wrong
 // length (damage) reads as clear where it has no byte: an address chosen from
-// it is checked against the records anyway (allocateOne), and a repair
+// it is checked against the records anyway (allocator.Allocate), and a repair
 // rewrites the block (compareIndexes).
 func bitSet(bm []byte, off int) bool { return off/8 < len(bm) && bm[off/8]&(1<<(off%8)) != 0 }
 
@@ -166,7 +167,7 @@ func (t takenBits) FirstFree(from, to, gw netip.Addr) (netip.Addr, bool) {
 }
 
 // iter walks the reserved addresses in address order.
-func (t takenBits) iter() TakenIter { return &bitsIter{c: t.b.Cursor()} }
+func (t takenBits) iter() allocator.TakenIter { return &bitsIter{c: t.b.Cursor()} }
 
 // bitsIter is a TakenIter over the bitmap's set bits.
 type bitsIter struct {

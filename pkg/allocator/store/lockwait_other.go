@@ -1,6 +1,6 @@
 //go:build !unix
 
-package allocator
+package store
 
 import (
 	"errors"

@@ -1,9 +1,11 @@
-package allocator
+package store
 
 import (
 	"bytes"
 	"errors"
 	"slices"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // Rewrite is the new value of one record a scan saw, encoded before the write
@@ -11,7 +13,7 @@ import (
 // a compare and a put per record (see Tx.PutIfUnchanged).
 type Rewrite struct {
 	key, seen, val []byte
-	next           *Record // what val encodes
+	next           *allocator.Record // what val encodes
 }
 
 // errNotSameAllocation refuses a rewrite that would change what the indexes
@@ -19,14 +21,14 @@ type Rewrite struct {
 var errNotSameAllocation = errors.New("rewrite of another allocation")
 
 // PrepareRewrite encodes next as the new value of the record s saw. next must
-// be the same allocation (address, owner, creation time) with only fields
-// the indexes do not depend on changed, such as the daemon's observation or
+// be the same allocation (allocator.SameAllocation) from the same source (the
+// imported index follows it), with only fields the indexes do not depend on
+// changed, such as the daemon's observation or
 // the commit state; anything else is refused. next must not be modified
 // afterwards: once stored, it may become the cache's record for val (see
 // RecordCache.Stored).
-func PrepareRewrite(s Seen, next *Record) (Rewrite, error) {
-	if s.Rec == nil || s.raw == nil || next.IP != s.Rec.IP || next.ContainerID != s.Rec.ContainerID ||
-		next.IfName != s.Rec.IfName || !next.Created.Equal(s.Rec.Created) {
+func PrepareRewrite(s Seen, next *allocator.Record) (Rewrite, error) {
+	if s.Rec == nil || s.raw == nil || !allocator.SameAllocation(s.Rec, next) || next.Source != s.Rec.Source {
 		return Rewrite{}, errNotSameAllocation
 	}
 	val, err := encodeRecord(next)

@@ -1,10 +1,12 @@
-package allocator
+package store
 
 import (
 	"fmt"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // checkSweepIndexes verifies that every record is in the owners and taken
@@ -18,7 +20,7 @@ func checkSweepIndexes(t *testing.T, path string) {
 	defer s.Close()
 	if err := s.View(func(tx *Tx) error {
 		n := 0
-		err := tx.ForEach(func(r *Record) error {
+		err := tx.ForEach(func(r *allocator.Record) error {
 			n++
 			if !tx.Taken(r.IP) {
 				t.Errorf("%s missing from the taken index", r.IP)
@@ -44,7 +46,7 @@ func checkSweepIndexes(t *testing.T, path string) {
 func rewriteOf(t *testing.T, s Seen, misses int) Rewrite {
 	t.Helper()
 	next := *s.Rec
-	next.Obs = Observation{Misses: misses, FirstMissed: time.Date(2025, 3, 1, 12, 5, 0, 123, time.UTC), Verdict: "absent", SandboxState: "absent"}
+	next.Obs = allocator.Observation{Misses: misses, FirstMissed: time.Date(2025, 3, 1, 12, 5, 0, 123, time.UTC), Verdict: "absent", SandboxState: "absent"}
 	w, err := PrepareRewrite(s, &next)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func TestPutIfUnchanged(t *testing.T) {
 	// released record 3 and gave its address to another container.
 	sweepUpdate(t, path, func(tx *Tx) error {
 		r, _ := tx.Get(seen[1].Rec.IP)
-		r.State = StateCommitted
+		r.State = allocator.StateCommitted
 		if err := tx.Put(r); err != nil {
 			return err
 		}
@@ -77,7 +79,7 @@ func TestPutIfUnchanged(t *testing.T) {
 		if _, err := tx.Delete(seen[3].Rec.IP); err != nil {
 			return err
 		}
-		return tx.Put(&Record{IP: seen[3].Rec.IP, ContainerID: "other", IfName: "eth0", State: StatePending, Created: seen[3].Rec.Created})
+		return tx.Put(&allocator.Record{IP: seen[3].Rec.IP, ContainerID: "other", IfName: "eth0", State: allocator.StatePending, Created: seen[3].Rec.Created})
 	})
 	var done []bool
 	sweepUpdate(t, path, func(tx *Tx) error {
@@ -94,8 +96,8 @@ func TestPutIfUnchanged(t *testing.T) {
 		t.Fatalf("PutIfUnchanged stored %v, want %v (only the record unchanged since the scan)", done, want)
 	}
 	recs := allRecords(t, path)
-	if len(recs) != 3 || recs[0].Obs.Misses != 1 || recs[1].Obs.Misses != 0 || recs[1].State != StateCommitted ||
-		recs[2].ContainerID != "other" || recs[2].Obs != (Observation{}) {
+	if len(recs) != 3 || recs[0].Obs.Misses != 1 || recs[1].Obs.Misses != 0 || recs[1].State != allocator.StateCommitted ||
+		recs[2].ContainerID != "other" || recs[2].Obs != (allocator.Observation{}) {
 		t.Fatalf("records after the rewrites: %+v %+v %+v", recs[0], recs[1], recs[2])
 	}
 	checkSweepIndexes(t, path)
@@ -109,11 +111,11 @@ func TestPrepareRewriteRefusesAnotherAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, mod := range map[string]func(*Record){
-		"address":       func(r *Record) { r.IP = r.IP.Next() },
-		"container":     func(r *Record) { r.ContainerID = "other" },
-		"interface":     func(r *Record) { r.IfName = "net1" },
-		"creation time": func(r *Record) { r.Created = r.Created.Add(time.Nanosecond) },
+	for name, mod := range map[string]func(*allocator.Record){
+		"address":       func(r *allocator.Record) { r.IP = r.IP.Next() },
+		"container":     func(r *allocator.Record) { r.ContainerID = "other" },
+		"interface":     func(r *allocator.Record) { r.IfName = "net1" },
+		"creation time": func(r *allocator.Record) { r.Created = r.Created.Add(time.Nanosecond) },
 	} {
 		next := *seen[0].Rec
 		mod(&next)
@@ -137,8 +139,8 @@ func TestStoredPrimesCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := *seen[1].Rec
-	next.State, next.Committed = StateCommitted, time.Date(2025, 3, 1, 12, 1, 2, 345678901, time.UTC)
-	next.Obs = Observation{SandboxState: "READY", Verdict: "live"}
+	next.State, next.Committed = allocator.StateCommitted, time.Date(2025, 3, 1, 12, 1, 2, 345678901, time.UTC)
+	next.Obs = allocator.Observation{SandboxState: "READY", Verdict: "live"}
 	w1, err := PrepareRewrite(seen[1], &next)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package allocator
+package store
 
 import (
 	"encoding/binary"
@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/netip"
 	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // Stored values (records, audit events, range sets) are written in a compact
@@ -205,7 +207,7 @@ func (d *dec) done() error {
 
 // appendRecord encodes r. The field order is the format: change it only with
 // a new binaryFormat.
-func appendRecord(r *Record) []byte {
+func appendRecord(r *allocator.Record) []byte {
 	e := newEnc(96 + len(r.ContainerID) + len(r.Netns) + len(r.PodName) + len(r.PodNamespace) + len(r.PodUID))
 	e.addr(r.IP)
 	e.int(int64(r.PrefixLen))
@@ -229,9 +231,9 @@ func appendRecord(r *Record) []byte {
 	return e.b
 }
 
-func readRecord(b []byte) (*Record, error) {
+func readRecord(b []byte) (*allocator.Record, error) {
 	d := newDec(b)
-	r := &Record{Version: binaryFormat}
+	r := &allocator.Record{Version: binaryFormat}
 	r.IP = d.addr()
 	r.PrefixLen = d.smallInt()
 	r.Gateway = d.addr()
@@ -243,7 +245,7 @@ func readRecord(b []byte) (*Record, error) {
 	r.PodName = d.str()
 	r.PodUID = d.str()
 	r.Netns = d.str()
-	r.State = State(d.str())
+	r.State = allocator.State(d.str())
 	r.Source = d.str()
 	r.Created = d.time()
 	r.Committed = d.time()
@@ -260,7 +262,7 @@ func readRecord(b []byte) (*Record, error) {
 	return r, nil
 }
 
-func appendAudit(ev *AuditEvent) []byte {
+func appendAudit(ev *allocator.AuditEvent) []byte {
 	e := newEnc(64 + len(ev.ContainerID) + len(ev.Reason) + len(ev.Pod))
 	e.time(ev.Time)
 	e.str(ev.Action)
@@ -273,9 +275,9 @@ func appendAudit(ev *AuditEvent) []byte {
 	return e.b
 }
 
-func readAudit(b []byte) (AuditEvent, error) {
+func readAudit(b []byte) (allocator.AuditEvent, error) {
 	d := newDec(b)
-	var ev AuditEvent
+	var ev allocator.AuditEvent
 	ev.Time = d.time()
 	ev.Action = d.str()
 	ev.Reason = d.str()
@@ -287,7 +289,7 @@ func readAudit(b []byte) (AuditEvent, error) {
 	return ev, d.done()
 }
 
-func appendRangeSets(sets []StoredRangeSet) []byte {
+func appendRangeSets(sets []allocator.StoredRangeSet) []byte {
 	e := newEnc(8 + 40*len(sets))
 	e.uint(uint64(len(sets)))
 	for _, s := range sets {
@@ -303,15 +305,15 @@ func appendRangeSets(sets []StoredRangeSet) []byte {
 	return e.b
 }
 
-func readRangeSets(b []byte) ([]StoredRangeSet, error) {
+func readRangeSets(b []byte) ([]allocator.StoredRangeSet, error) {
 	d := newDec(b)
 	n := d.small()
-	var out []StoredRangeSet
+	var out []allocator.StoredRangeSet
 	for i := 0; i < n && d.err == nil; i++ {
 		m := d.small()
-		var set StoredRangeSet
+		var set allocator.StoredRangeSet
 		for j := 0; j < m && d.err == nil; j++ {
-			var r StoredRange
+			var r allocator.StoredRange
 			a := d.addr()
 			bits := d.small()
 			if d.err == nil {
@@ -328,4 +330,32 @@ func readRangeSets(b []byte) ([]StoredRangeSet, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+func encodeRecord(r *allocator.Record) ([]byte, error) {
+	r.Version = binaryFormat
+	return appendRecord(r), nil
+}
+
+// decodeAt reads the record stored under key: decodeRecord, and the address
+// it names must be the key's. A record naming another address is damaged (a
+// write of it would touch the other address's record and index entries).
+func decodeAt(key, v []byte) (*allocator.Record, error) {
+	r, err := decodeRecord(v)
+	if err != nil {
+		return nil, err
+	}
+	if ip, ok := keyAddr(key); !ok || ip != r.IP {
+		return nil, fmt.Errorf("undecodable record: it names %s but is stored under key %x", r.IP, key)
+	}
+	return r, nil
+}
+
+// decodeRecord reads a stored record (the binary form above).
+func decodeRecord(b []byte) (*allocator.Record, error) {
+	r, err := readRecord(b)
+	if err != nil {
+		return nil, fmt.Errorf("undecodable record: %w", err)
+	}
+	return r, nil
 }

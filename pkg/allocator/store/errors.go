@@ -1,4 +1,4 @@
-package allocator
+package store
 
 import (
 	"errors"
@@ -12,12 +12,12 @@ import (
 
 // Store failures come in four classes, and what a caller does differs:
 //
-//   - ErrStoreUnreadable (damage found at open): the file is not a usable
+//   - ErrUnreadable (damage found at open): the file is not a usable
 //     store: empty, truncated, not a bbolt file, a bad meta page or checksum,
 //     a root page or meta bucket bbolt panics on. The daemon
 //     sets it aside and rebuilds it; ADD refuses (CNI 11: the rebuild is on
 //     its way); DEL treats it as nothing to release.
-//   - ErrStorePageDamaged (damage met later): the store opened, but a page a
+//   - ErrPageDamaged (damage met later): the store opened, but a page a
 //     transaction then read is invalid (a leaf with a zeroed type, a cut
 //     branch). bbolt only meets such a page when a transaction reads it, so
 //     the plugin and the daemon see it at different times: an ADD that never
@@ -27,14 +27,14 @@ import (
 //     rebuild it: the daemon reports it and reclaims nothing on that network;
 //     the operator rebuilds (`hostlease-gc rebuild --force`). ADD refuses
 //     when it meets it (CNI 5), DEL treats it as nothing to release.
-//   - ErrStoreIO (the environment): the file could not be opened, locked,
+//   - ErrIO (the environment): the file could not be opened, locked,
 //     read, written or synced because of the system, not the file: EROFS,
 //     ENOSPC, EDQUOT, EMFILE, ENFILE, EACCES, EPERM, EIO, ENOMEM... It says
 //     nothing about the store's content: never set aside or rebuild for it.
 //     The plugin answers CNI 5 naming the errno and the path. A symlink in
 //     place of the store file is in this class too (ELOOP): the store is
 //     never opened through one.
-//   - ErrStoreSchema (another layout): the file is a store, but its meta
+//   - ErrSchema (another layout): the file is a store, but its meta
 //     names another schema than SchemaVersion (an older binary's, or a newer
 //     one's after a downgrade). Its records may be intact, so it is
 //     never set aside nor rebuilt (that would drop them): the daemon reports
@@ -46,14 +46,14 @@ import (
 //
 // IsDamage and IsEnvironmentError test for the classes.
 var (
-	ErrStoreUnreadable  = errors.New("store unreadable")
-	ErrStorePageDamaged = errors.New("store damaged")
-	ErrStoreIO          = errors.New("store I/O error")
-	ErrStoreSchema      = errors.New("store schema not supported")
+	ErrUnreadable  = errors.New("store unreadable")
+	ErrPageDamaged = errors.New("store damaged")
+	ErrIO          = errors.New("store I/O error")
+	ErrSchema      = errors.New("store schema not supported")
 )
 
 // SchemaError is a store of another schema than this binary's (Found).
-// errors.Is(err, ErrStoreSchema) holds.
+// errors.Is(err, ErrSchema) holds.
 type SchemaError struct {
 	Path  string
 	Found int
@@ -61,24 +61,24 @@ type SchemaError struct {
 
 func (e *SchemaError) Error() string {
 	return fmt.Sprintf("%s: %s has schema %d; this binary reads schema %d only (the store is left as it is: it is not damage; run the hostlease version that wrote it)",
-		ErrStoreSchema, e.Path, e.Found, SchemaVersion)
+		ErrSchema, e.Path, e.Found, SchemaVersion)
 }
 
-func (e *SchemaError) Is(target error) bool { return target == ErrStoreSchema }
+func (e *SchemaError) Is(target error) bool { return target == ErrSchema }
 
 // IsDamage reports whether err says the store's content cannot be trusted
-// (ErrStoreUnreadable or ErrStorePageDamaged).
+// (ErrUnreadable or ErrPageDamaged).
 func IsDamage(err error) bool {
-	return errors.Is(err, ErrStoreUnreadable) || errors.Is(err, ErrStorePageDamaged)
+	return errors.Is(err, ErrUnreadable) || errors.Is(err, ErrPageDamaged)
 }
 
-// IsEnvironmentError reports whether err is an environment error (ErrStoreIO).
-func IsEnvironmentError(err error) bool { return errors.Is(err, ErrStoreIO) }
+// IsEnvironmentError reports whether err is an environment error (ErrIO).
+func IsEnvironmentError(err error) bool { return errors.Is(err, ErrIO) }
 
-// StoreIOError is an environment error on a store: Op on Path failed with
-// Err, an errno when the system gave one. errors.Is(err, ErrStoreIO) holds,
+// IOError is an environment error on a store: Op on Path failed with
+// Err, an errno when the system gave one. errors.Is(err, ErrIO) holds,
 // and so does errors.Is(err, Err) (e.g. syscall.EROFS, os.ErrNotExist).
-type StoreIOError struct {
+type IOError struct {
 	Op   string
 	Path string
 	Err  error
@@ -86,7 +86,7 @@ type StoreIOError struct {
 
 // Error names the operation, the path, the system's message and the errno's
 // symbolic name: "open /var/lib/cni/hostlease/net.db: read-only file system (EROFS)".
-func (e *StoreIOError) Error() string {
+func (e *IOError) Error() string {
 	msg := fmt.Sprintf("%s %s: %v", e.Op, e.Path, e.Err)
 	if errno := e.Errno(); errno != 0 {
 		msg += " (" + ErrnoName(errno) + ")"
@@ -94,11 +94,11 @@ func (e *StoreIOError) Error() string {
 	return msg
 }
 
-func (e *StoreIOError) Unwrap() error        { return e.Err }
-func (e *StoreIOError) Is(target error) bool { return target == ErrStoreIO }
+func (e *IOError) Unwrap() error        { return e.Err }
+func (e *IOError) Is(target error) bool { return target == ErrIO }
 
 // Errno returns the system error number, or 0.
-func (e *StoreIOError) Errno() syscall.Errno {
+func (e *IOError) Errno() syscall.Errno {
 	var errno syscall.Errno
 	if errors.As(e.Err, &errno) {
 		return errno
@@ -134,18 +134,18 @@ func classifyOpenError(path, op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrStoreUnreadable), errors.Is(err, ErrStorePageDamaged), errors.Is(err, ErrStoreIO), errors.Is(err, ErrStoreSchema):
+	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema):
 		return err
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, err)
+		return fmt.Errorf("%w: %s: %v", ErrUnreadable, path, err)
 	}
 	if isSystemError(err) {
-		return &StoreIOError{Op: op, Path: path, Err: systemError(err)}
+		return &IOError{Op: op, Path: path, Err: systemError(err)}
 	}
 	// bbolt's remaining open errors describe the file ("file size too small",
 	// a meta page it cannot use).
-	return fmt.Errorf("%w: %s: %v", ErrStoreUnreadable, path, err)
+	return fmt.Errorf("%w: %s: %v", ErrUnreadable, path, err)
 }
 
 // bboltSystemErrors are the prefixes of bbolt errors that report a failed
@@ -171,7 +171,7 @@ func isSystemError(err error) bool {
 	return false
 }
 
-// systemError is err for a StoreIOError: its errno when the chain has one,
+// systemError is err for a IOError: its errno when the chain has one,
 // else err with the errno its text names recovered.
 func systemError(err error) error {
 	var errno syscall.Errno
@@ -206,16 +206,16 @@ func classifyTxError(path string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrStoreUnreadable), errors.Is(err, ErrStorePageDamaged), errors.Is(err, ErrStoreIO), errors.Is(err, ErrStoreSchema):
+	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema):
 		return err
 	}
 	if isSystemError(err) {
-		return &StoreIOError{Op: "write", Path: path, Err: systemError(err)}
+		return &IOError{Op: "write", Path: path, Err: systemError(err)}
 	}
 	return err
 }
 
-// unwrapPath drops an os.PathError's own path (StoreIOError names it) but
+// unwrapPath drops an os.PathError's own path (IOError names it) but
 // keeps its errno.
 func unwrapPath(err error) error {
 	var errno syscall.Errno

@@ -1,9 +1,11 @@
-package allocator
+package store
 
 import (
 	"bytes"
 	"runtime"
 	"sync"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // RecordCache keeps the records a reader decoded, each with the exact stored
@@ -21,8 +23,8 @@ type RecordCache struct {
 type cachedRecord struct {
 	key []byte // copies: bbolt's bytes live only as long as the transaction
 	raw []byte
-	rec *Record // nil until decoded, or when raw does not decode
-	err error   // why raw does not decode (kept, so it is not decoded again)
+	rec *allocator.Record // nil until decoded, or when raw does not decode
+	err error             // why raw does not decode (kept, so it is not decoded again)
 }
 
 // Seen is one record as a scan saw it: the decoded record and the stored bytes
@@ -31,7 +33,7 @@ type cachedRecord struct {
 // Tx.PutIfUnchanged).
 type Seen struct {
 	// Rec is shared with the cache: never modify it.
-	Rec *Record
+	Rec *allocator.Record
 	raw []byte
 }
 
@@ -42,7 +44,7 @@ type RecordScan struct {
 	cache   *RecordCache
 	items   []cachedRecord
 	fresh   int // items whose bytes were copied (to decode)
-	damaged []DamagedRecord
+	damaged []allocator.DamagedRecord
 }
 
 // ScanRecords walks every record and copies out only what changed since the
@@ -104,7 +106,7 @@ func (s *RecordScan) Decode() ([]Seen, error) {
 
 // Damaged lists the records of the scan that do not decode, in address
 // order (valid after Decode).
-func (s *RecordScan) Damaged() []DamagedRecord { return s.damaged }
+func (s *RecordScan) Damaged() []allocator.DamagedRecord { return s.damaged }
 
 // decodeParallelMin is the least number of records worth decoding on more
 // than one goroutine (a first sweep decodes every record; later sweeps only a
@@ -151,4 +153,5 @@ type recordError struct {
 }
 
 func (e *recordError) Error() string { return "record " + e.ip + ": " + e.err.Error() }
+
 func (e *recordError) Unwrap() error { return e.err }

@@ -1,4 +1,4 @@
-package allocator
+package store
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // The sweep tests open their own stores through the store's API (and write
@@ -26,9 +28,9 @@ func sweepStore(t *testing.T, n int) string {
 	if err := s.Update(func(tx *Tx) error {
 		ip := netip.MustParseAddr("10.0.0.2")
 		for i := range n {
-			r := &Record{IP: ip, PrefixLen: 16, ContainerID: fmt.Sprintf("sb-%d", i), IfName: "eth0", Network: "net",
+			r := &allocator.Record{IP: ip, PrefixLen: 16, ContainerID: fmt.Sprintf("sb-%d", i), IfName: "eth0", Network: "net",
 				PodNamespace: "ns", PodName: fmt.Sprintf("pod-%d", i), PodUID: fmt.Sprintf("uid-%d", i),
-				Netns: "/var/run/netns/x", State: StatePending, Source: "add", Created: created}
+				Netns: "/var/run/netns/x", State: allocator.StatePending, Source: "add", Created: created}
 			if err := tx.Put(r); err != nil {
 				return err
 			}
@@ -71,24 +73,24 @@ func sweepScan(t *testing.T, path string, c *RecordCache) ([]Seen, error) {
 }
 
 // allRecords decodes every record the plain way.
-func allRecords(t *testing.T, path string) []*Record {
+func allRecords(t *testing.T, path string) []*allocator.Record {
 	t.Helper()
 	s, err := Open(path, OpenOptions{ReadOnly: true, LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var out []*Record
+	var out []*allocator.Record
 	if err := s.View(func(tx *Tx) error {
-		return tx.ForEach(func(r *Record) error { out = append(out, r); return nil })
+		return tx.ForEach(func(r *allocator.Record) error { out = append(out, r); return nil })
 	}); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-func seenRecords(seen []Seen) []*Record {
-	var out []*Record
+func seenRecords(seen []Seen) []*allocator.Record {
+	var out []*allocator.Record
 	for _, s := range seen {
 		out = append(out, s.Rec)
 	}
@@ -124,14 +126,14 @@ func TestScanRecordsDecodesOnlyChanges(t *testing.T) {
 			// A plugin changes one record, releases another, adds one.
 			sweepUpdate(t, path, func(tx *Tx) error {
 				r, _ := tx.Get(first[1].Rec.IP)
-				r.State = StateCommitted
+				r.State = allocator.StateCommitted
 				if err := tx.Put(r); err != nil {
 					return err
 				}
 				if _, err := tx.Delete(first[0].Rec.IP); err != nil {
 					return err
 				}
-				return tx.Put(&Record{IP: netip.MustParseAddr("10.0.255.1"), ContainerID: "new", IfName: "eth0", Created: time.Unix(1, 0).UTC()})
+				return tx.Put(&allocator.Record{IP: netip.MustParseAddr("10.0.255.1"), ContainerID: "new", IfName: "eth0", Created: time.Unix(1, 0).UTC()})
 			})
 			third, err := sweepScan(t, path, c)
 			if err != nil {
@@ -140,7 +142,7 @@ func TestScanRecordsDecodesOnlyChanges(t *testing.T) {
 			if got, want := seenRecords(third), allRecords(t, path); !reflect.DeepEqual(got, want) {
 				t.Fatalf("after a plugin's changes the scan differs from a plain decode")
 			}
-			if third[0].Rec == first[1].Rec || third[0].Rec.State != StateCommitted {
+			if third[0].Rec == first[1].Rec || third[0].Rec.State != allocator.StateCommitted {
 				t.Fatalf("changed record not decoded again: %+v", third[0].Rec)
 			}
 			for i := 1; i < len(third)-1; i++ {

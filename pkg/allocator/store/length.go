@@ -1,4 +1,4 @@
-package allocator
+package store
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func checkLength(tx *bolt.Tx, f *os.File, path string) error {
 		return err
 	}
 	if hwm := tx.Size(); fi.Size() < hwm {
-		return fmt.Errorf("%w: %s is truncated: %d bytes, but its meta page accounts for %d", ErrStoreUnreadable, path, fi.Size(), hwm)
+		return fmt.Errorf("%w: %s is truncated: %d bytes, but its meta page accounts for %d", ErrUnreadable, path, fi.Size(), hwm)
 	}
 	return nil
 }
