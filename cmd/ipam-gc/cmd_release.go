@@ -129,7 +129,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 			}
 			for _, want := range t.recs {
 				cur, _ := tx.Lookup(want.IP)
-				if cur == nil || cur.ContainerID != want.ContainerID || cur.IfName != want.IfName || !cur.Created.Equal(want.Created) {
+				if cur == nil || !allocator.SameAllocation(cur, want) {
 					skip(want.IP)
 					continue
 				}

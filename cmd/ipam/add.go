@@ -32,7 +32,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		result.DNS = *dns
 	}
-	s, err := openStore(c, true, false)
+	s, err := openStore(c, store.OpenOptions{Create: true})
 	if err != nil {
 		if errors.Is(err, store.ErrUnreadable) {
 			kick(c) // the daemon rebuilds it at once instead of at its next sweep

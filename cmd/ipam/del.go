@@ -47,7 +47,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		}
 		create = true // first use after host-local: import, then release
 	}
-	s, err := openStore(c, create, false)
+	s, err := openStore(c, store.OpenOptions{Create: create})
 	if err != nil {
 		switch {
 		case store.IsDamage(err):
@@ -124,7 +124,7 @@ func delReadOnly(c *allocator.Config, args *skel.CmdArgs, log func() *slog.Logge
 		}
 		return storeError(c, rwErr)
 	}
-	s, err := openStore(c, false, true)
+	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		if store.IsDamage(err) {
 			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)

@@ -31,7 +31,7 @@ func cmdGC(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"cni.dev/valid-attachments: missing; refusing to garbage-collect without the list of attachments in use", "")
 	}
-	s, err := openStore(c, false, false)
+	s, err := openStore(c, store.OpenOptions{})
 	if err != nil {
 		return storeError(c, err)
 	}

@@ -45,7 +45,7 @@ func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
 }
 
 func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
-	s, err := openStore(c, false, false)
+	s, err := openStore(c, store.OpenOptions{})
 	if err != nil {
 		return 0, err
 	}
@@ -87,7 +87,7 @@ func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
 // held reads the attachment's records from a read-only view of the store,
 // with what the read met (damaged records the owner index lists for it).
 func held(c *allocator.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
-	s, err := openStore(c, false, true)
+	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		return nil, txNotes{}, storeError(c, err)
 	}

@@ -45,7 +45,7 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return unavailable("store %s cannot be written: %v (%s); ADD fails until it can", path, err, errnoName(err))
 	}
 	var full []int
-	s, err := openStore(c, false, true)
+	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err == nil {
 		if c.FailStatusOnExhaustion {
 			err = s.View(func(tx *store.Tx) error {

@@ -22,12 +22,13 @@ func logWith(attrs ...any) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With(append([]any{"plugin", "hostlease"}, attrs...)...)
 }
 
-// openStore opens the network's store for one operation; with create it makes
-// the store on first use. Errors are returned as they are (callers decide what
+// openStore opens the network's store for one operation, as o says (Create:
+// make it on first use; ReadOnly), waiting for its lock as long as the
+// config's lockTimeout. Errors are returned as they are (callers decide what
 // missing or unreadable state means for their verb); storeError codes them.
-func openStore(c *allocator.Config, create, readOnly bool) (*store.Store, error) {
-	return store.Open(store.FilePath(c.StoreDir, c.Network),
-		store.OpenOptions{LockTimeout: c.LockTimeout, Create: create, ReadOnly: readOnly})
+func openStore(c *allocator.Config, o store.OpenOptions) (*store.Store, error) {
+	o.LockTimeout = c.LockTimeout
+	return store.Open(store.FilePath(c.StoreDir, c.Network), o)
 }
 
 // storeError codes a store failure by class (see allocator's errors.go):

@@ -127,16 +127,13 @@ func (tx *Tx) putRecord(r *allocator.Record, key []byte, isNew bool) error {
 // it, or nil when the address was free. A damaged record is removed too and
 // returned as a Record with only its IP set.
 func (tx *Tx) Delete(ip netip.Addr) (*allocator.Record, error) {
-	key := addrKey(ip)
-	v := tx.allocs.Get(key)
-	if v == nil {
-		return nil, nil
-	}
-	r, err := decodeAt(key, v)
-	if err != nil {
+	switch r, d := tx.Lookup(ip); {
+	case d != nil:
 		return &allocator.Record{IP: ip}, tx.DeleteDamaged(ip)
+	case r != nil:
+		return r, tx.DeleteRecord(r)
 	}
-	return r, tx.DeleteRecord(r)
+	return nil, nil
 }
 
 // DeleteDamaged removes the record under ip, which does not decode, and

@@ -1,9 +1,9 @@
 package store
 
 import (
-	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	bolt "go.etcd.io/bbolt"
@@ -75,9 +75,10 @@ func checkSchema(btx *bolt.Tx, path string) error {
 
 // initialise makes a new file a store of this schema, or restores the
 // derived buckets and the records count of a store that lost them (damage:
-// the indexes are rebuilt from the records). A page it then fails to read is
-// page damage, as in any later transaction: the daemon's open reads no more
-// than init's first look, so it must not be told to rebuild.
+// the indexes are rebuilt from the records, audited as any index repair). A
+// page it then fails to read is page damage, as in any later transaction:
+// the daemon's open reads no more than init's first look, so it must not be
+// told to rebuild.
 func (s *Store) initialise() (err error) {
 	defer recoverDamaged(&err, s.path)
 	return s.db.Update(func(btx *bolt.Tx) error {
@@ -85,8 +86,6 @@ func (s *Store) initialise() (err error) {
 			return err
 		}
 		fresh := btx.Bucket(bucketAllocs) == nil
-		restoreTaken := !fresh && btx.Bucket(bucketTaken) == nil
-		restoreOwners := !fresh && btx.Bucket(bucketOwners) == nil
 		restoreImported := !fresh && btx.Bucket(bucketImported) == nil
 		for _, b := range append([][]byte{bucketMeta, bucketAllocs}, derivedBuckets...) {
 			if btx.Bucket(b) == nil {
@@ -95,54 +94,27 @@ func (s *Store) initialise() (err error) {
 				}
 			}
 		}
-		meta, allocs := btx.Bucket(bucketMeta), btx.Bucket(bucketAllocs)
+		tx := wrapTx(btx)
 		if fresh {
-			if err := meta.Put(keySchema, []byte{SchemaVersion}); err != nil {
+			if err := tx.setRecordCount(0); err != nil {
 				return err
 			}
-		}
-		if restoreTaken {
-			taken := takenBits{btx.Bucket(bucketTaken)}
-			if err := allocs.ForEach(func(k, _ []byte) error {
-				if ip, ok := keyAddr(k); ok {
-					return taken.set(ip, true)
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
-		}
-		if restoreOwners {
-			// Every record that decodes (one that does not is left to
-			// RepairIndexes, which files it under its readable owner).
-			owners := btx.Bucket(bucketOwners)
-			if err := allocs.ForEach(func(k, v []byte) error {
-				if r, err := decodeAt(k, v); err == nil {
-					return owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), k...), nil)
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
+			return tx.meta.Put(keySchema, []byte{SchemaVersion})
 		}
 		if restoreImported {
 			// The host-local records are those whose source says so.
-			imported := btx.Bucket(bucketImported)
-			if err := allocs.ForEach(func(k, v []byte) error {
+			if err := tx.allocs.ForEach(func(k, v []byte) error {
 				if r, err := decodeAt(k, v); err == nil && r.Source == allocator.SourceHostLocal {
-					return imported.Put(k, nil)
+					return tx.imported.Put(k, nil)
 				}
 				return nil
 			}); err != nil {
 				return err
 			}
 		}
-		if len(meta.Get(keyRecords)) != 8 {
-			if err := meta.Put(keyRecords, binary.BigEndian.AppendUint64(nil, uint64(allocs.Stats().KeyN))); err != nil {
-				return err
-			}
-		}
-		return nil
+		// The taken bitmap, the owner index and the records count.
+		_, err := tx.RepairIndexes("open: a derived index or the records count was missing", time.Now())
+		return err
 	})
 }
 
