@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/pool"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
@@ -24,7 +25,7 @@ type storeView struct {
 	Damaged     []allocator.DamagedRecord
 	RangeSets   []allocator.StoredRangeSet
 	RangesErr   error // the stored range sets do not decode (sizes unknown)
-	Usage       []allocator.PoolUsage
+	Usage       []pool.Usage
 	Exhaustions map[int]allocator.Exhaustion
 }
 
@@ -55,7 +56,7 @@ func readStore(f gc.StoreFile) (*storeView, error) {
 		if err != nil {
 			return err
 		}
-		v.Usage = allocator.Usage(tx, v.RangeSets)
+		v.Usage = pool.Measure(tx, v.RangeSets)
 		v.Exhaustions, err = tx.Exhaustions()
 		return err
 	})

@@ -115,7 +115,7 @@ func allocateOne(tx Store, req AllocateRequest, idx int, set StoredRangeSet, wan
 				}
 			}
 			return nil, types.NewError(ErrAddressUnavailable,
-				fmt.Sprintf("requested IP address %s is not available in range set %s", want, rangeSetString(set)), "")
+				fmt.Sprintf("requested IP address %s is not available in range set %s", want, set.String()), "")
 		}
 		ip = want
 	} else {
@@ -134,7 +134,7 @@ func allocateOne(tx Store, req AllocateRequest, idx int, set StoredRangeSet, wan
 			var ok bool
 			ip, ri, ok = NextFree(set, last, hasLast, tx.Reserved())
 			if !ok {
-				desc := rangeSetString(set)
+				desc := set.String()
 				if err := tx.RecordExhaustion(idx, desc, req.Now); err != nil {
 					return nil, ioError(err)
 				}

@@ -35,8 +35,9 @@ func rangeFor(set StoredRangeSet, ip netip.Addr) int {
 	return -1
 }
 
-// rangeSetString prints a range set as host-local does in its errors.
-func rangeSetString(set StoredRangeSet) string {
+// String prints a range set as host-local does in its errors:
+// "start-end" per range, comma-separated.
+func (set StoredRangeSet) String() string {
 	parts := make([]string, len(set.Ranges))
 	for i, r := range set.Ranges {
 		parts[i] = r.Start.String() + "-" + r.End.String()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/pool"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -57,7 +58,7 @@ type Snapshot struct {
 	// ADD rewrites them): the sweep carries on without pool sizes.
 	RangeSetsErr error
 	RangeSets    []allocator.StoredRangeSet
-	Usage        []allocator.PoolUsage
+	Usage        []pool.Usage
 	Exhaustions  map[int]allocator.Exhaustion
 	// seen[i] is Records[i] with the bytes it was decoded from, so that a
 	// write can tell without decoding that the record is unchanged since.
@@ -140,7 +141,7 @@ func scanStore(path string, cache *store.RecordCache, verify bool) (*Snapshot, *
 			}
 			snap.RangeSets, snap.RangeSetsErr = nil, err
 		}
-		snap.Usage = allocator.Usage(tx, snap.RangeSets)
+		snap.Usage = pool.Measure(tx, snap.RangeSets)
 		snap.Exhaustions, err = tx.Exhaustions()
 		return err
 	})
