@@ -69,8 +69,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 		if aerr != nil && aerr.Code == types.ErrIOFailure {
 			return aerr // roll back: the transaction may be half-applied
 		}
-		// Otherwise commit even on failure: host-local keeps its moved
-		// round-robin point, and the exhaustion count must reach the daemon.
+		// Otherwise keep the transaction's writes even on failure:
+		// host-local keeps its moved round-robin point, and the exhaustion
+		// count must reach the daemon.
 		return nil
 	})
 	// The reservation is durable: release the store lock, which concurrent

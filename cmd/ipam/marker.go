@@ -30,7 +30,7 @@ func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
 		return logWith("verb", "ADD", "mode", "commit-marker", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
 	}
 	if storeExists(c) {
-		if n, err := commit(c, args); err != nil {
+		if n, err := markCommitted(c, args); err != nil {
 			log().Warn("could not mark allocations committed", "error", err)
 		} else if n == 0 {
 			log().Info("no pending allocation for this attachment (ipam is not hostlease, or dataDir differs)")
@@ -44,7 +44,9 @@ func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
 
-func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
+// markCommitted marks the attachment's records committed in one store
+// transaction and returns how many changed.
+func markCommitted(c *allocator.Config, args *skel.CmdArgs) (int, error) {
 	s, err := openStore(c, store.OpenOptions{})
 	if err != nil {
 		return 0, err
