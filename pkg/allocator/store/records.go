@@ -198,7 +198,7 @@ func (tx *Tx) DeleteRecord(r *allocator.Record) error {
 }
 
 // recordCount is the records count kept in meta, or false when it is absent
-// or damaged (a store not yet opened read-write by this version).
+// or damaged (the next read-write open restores it from the records).
 func (tx *Tx) recordCount() (int, bool) {
 	if tx.meta == nil {
 		return 0, false
@@ -211,7 +211,7 @@ func (tx *Tx) recordCount() (int, bool) {
 }
 
 // addRecords moves the records count by d. An absent count stays absent
-// (the next read-write open counts the records).
+// (the next read-write open restores it from the records).
 func (tx *Tx) addRecords(d int) error {
 	n, ok := tx.recordCount()
 	if !ok {
