@@ -160,3 +160,39 @@ func TestPolicyKeepsIndexes(t *testing.T) {
 		return err
 	})
 }
+
+// TestAllocatedRecordReadsBack: the records ADD returns are what the store
+// then holds, field for field (the codec writes every field the policy sets),
+// and the round-robin point and range sets are stored with them.
+func TestAllocatedRecordReadsBack(t *testing.T) {
+	s := newStore(t)
+	req := allocator.AllocateRequest{Network: "net1", RangeSets: []allocator.StoredRangeSet{set4, set6}, Now: testTime,
+		Owner: allocator.Owner{ContainerID: "abc", IfName: "eth1", Netns: "/var/run/netns/abc", PodNamespace: "ns", PodName: "pod-abc", PodUID: "uid-abc"}}
+	var got []*allocator.Record
+	update(t, s, func(tx *Tx) error {
+		var cerr *types.Error
+		if got, cerr = allocator.Allocate(tx, req); cerr != nil {
+			return cerr
+		}
+		return nil
+	})
+	eq(t, "addresses", ips(got), []string{"10.0.0.2", "fd00::2"})
+	view(t, s, func(tx *Tx) error {
+		for _, r := range got {
+			stored, err := tx.Get(r.IP)
+			if err != nil || stored == nil {
+				t.Fatalf("stored record %s: %v %v", r.IP, stored, err)
+			}
+			sameRecord(t, "stored record "+r.IP.String(), stored, r)
+			if stored.Version != binaryFormat {
+				t.Errorf("stored record %s: format %d, want %d", r.IP, stored.Version, binaryFormat)
+			}
+		}
+		sets, err := tx.RangeSets()
+		eq(t, "stored range sets", sets, req.RangeSets)
+		eq(t, "stored network", tx.Network(), "net1")
+		last, _ := tx.LastReserved(1)
+		eq(t, "last reserved in range set 1", last.String(), "fd00::2")
+		return err
+	})
+}
