@@ -11,13 +11,14 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 )
 
 // markerAdd runs when hostlease is the last plugin of a conflist: every plugin
 // before it succeeded, so the attachment's allocations are committed. It passes
 // the chain's result through unchanged. Failing to mark is logged, never fatal:
 // the pod is healthy, and hostlease-gc also commits what CRI reports READY.
-func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
+func markerAdd(args *skel.CmdArgs, c *netconf.Config) error {
 	conf := &types.NetConf{}
 	if err := json.Unmarshal(args.StdinData, conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, "config: "+err.Error(), "")
@@ -43,7 +44,7 @@ func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
 
-func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
+func commit(c *netconf.Config, args *skel.CmdArgs) (int, error) {
 	s, err := openStore(c, false, false)
 	if err != nil {
 		return 0, err
@@ -63,7 +64,7 @@ func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
 }
 
 // markerCheck verifies that the chain's allocations were committed.
-func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
+func markerCheck(args *skel.CmdArgs, c *netconf.Config) error {
 	if !storeExists(c) {
 		return nil
 	}
@@ -85,7 +86,7 @@ func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
 
 // held reads the attachment's records from a read-only view of the store,
 // with what the read met (damaged records the owner index lists for it).
-func held(c *allocator.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
+func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
 	s, err := openStore(c, false, true)
 	if err != nil {
 		return nil, txNotes{}, storeError(c, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 )
 
 // logWith returns a logger writing to stderr (which runtimes keep in their
@@ -24,7 +25,7 @@ func logWith(attrs ...any) *slog.Logger {
 // openStore opens the network's store for one operation; with create it makes
 // the store on first use. Errors are returned as they are (callers decide what
 // missing or unreadable state means for their verb); storeError codes them.
-func openStore(c *allocator.Config, create, readOnly bool) (*allocator.Store, error) {
+func openStore(c *netconf.Config, create, readOnly bool) (*allocator.Store, error) {
 	return allocator.Open(allocator.StorePath(c.StoreDir, c.Network),
 		allocator.OpenOptions{LockTimeout: c.LockTimeout, Create: create, ReadOnly: readOnly})
 }
@@ -33,7 +34,7 @@ func openStore(c *allocator.Config, create, readOnly bool) (*allocator.Store, er
 // 11 (try again later) for a lock timeout or a store the daemon will set
 // aside and rebuild; 5 for an environment error (naming the errno and the
 // path) and for a damaged page (the operator rebuilds it); 5 for anything else.
-func storeError(c *allocator.Config, err error) error {
+func storeError(c *netconf.Config, err error) error {
 	var cerr *types.Error
 	switch {
 	case errors.As(err, &cerr):
@@ -54,7 +55,7 @@ func storeError(c *allocator.Config, err error) error {
 
 // storeExists reports whether anything is at the network's store path (a
 // symlink there counts: Open refuses it, naming it).
-func storeExists(c *allocator.Config) bool {
+func storeExists(c *netconf.Config) bool {
 	_, err := os.Lstat(allocator.StorePath(c.StoreDir, c.Network))
 	return err == nil
 }
@@ -82,13 +83,13 @@ func (n txNotes) log(log func() *slog.Logger) {
 }
 
 // hostLocalStateExists reports whether host-local left state for the network.
-func hostLocalStateExists(c *allocator.Config) bool {
+func hostLocalStateExists(c *netconf.Config) bool {
 	_, err := os.Stat(allocator.HostLocalDir(c.HostLocalDir, c.Network))
 	return err == nil
 }
 
 // kick tells hostlease-gc to sweep now: it watches this file's mtime.
-func kick(c *allocator.Config) {
+func kick(c *netconf.Config) {
 	path := filepath.Join(c.StoreDir, ".kick")
 	now := time.Now()
 	if err := os.Chtimes(path, now, now); err != nil {

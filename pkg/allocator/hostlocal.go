@@ -170,7 +170,3 @@ func writeFileAtomic(path string, data []byte) error {
 func (tx *Tx) MarkMigrated(now time.Time) error {
 	return tx.meta.Put(keyImported, []byte(now.UTC().Format(time.RFC3339)))
 }
-
-// ValidNetworkName reports whether name is a network name the plugin accepts,
-// and so one that can name a store file and a host-local directory.
-func ValidNetworkName(name string) bool { return validNetworkName(name) == nil }

@@ -1,4 +1,4 @@
-package allocator
+package netconf
 
 import (
 	"bytes"
@@ -8,23 +8,27 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
-// decodeConfigFast decodes the common shape of a plugin config into the same
-// pluginConfJSON that json.Unmarshal would produce, by walking encoding/json's
+// decodeFast decodes the common shape of a plugin config into the same
+// confJSON that json.Unmarshal would produce, by walking encoding/json's
 // tokens instead of reflecting over the structs. The plugin is exec'd for every
 // pod start and stop; a cold json.Unmarshal into struct types spends ~0.15 ms
 // building its per-type caches in every process, the token walk a fraction.
 //
-// It only takes the paths on which its result is identical to json.Unmarshal's:
-// every field holds the JSON kind its Go type expects, no key appears twice in
-// an object, no key differs from a field's name only in case, and every address
-// parses. On anything else it returns false and the caller decodes with
-// json.Unmarshal, which also words the errors. TestDecodeConfigFastMatchesUnmarshal
-// runs both on the loader's whole test corpus.
-func decodeConfigFast(stdin []byte) (*pluginConfJSON, bool) {
-	r := &tokens{d: json.NewDecoder(bytes.NewReader(stdin)), ok: true}
-	p := &pluginConfJSON{}
+// Contract: when it returns true, its result is deeply equal to json.Unmarshal's
+// and json.Unmarshal returns no error. It takes only the paths on which that
+// holds by construction: every field holds the JSON kind its Go type expects,
+// no key appears twice in an object, no key differs from a field's name only
+// in case, and every address parses. On anything else (nulls included) it
+// returns false and decode falls back to json.Unmarshal, whose result also
+// explains the errors. TestDecodeFastMatchesUnmarshal checks the contract on
+// the loader's whole corpus.
+func decodeFast(stdin []byte) (*confJSON, bool) {
+	r := newTokens(stdin)
+	p := &confJSON{}
 	r.object(topFields, func(key string) {
 		switch key {
 		case "name":
@@ -37,8 +41,6 @@ func decodeConfigFast(stdin []byte) (*pluginConfJSON, bool) {
 			p.DataDir = r.str()
 		case "ipam":
 			p.IPAM = r.ipam()
-		case "prevResult":
-			p.PrevResult = r.generic(true).(map[string]any)
 		case "cni.dev/valid-attachments":
 			p.Valid = r.attachments()
 		case "cni.dev/attachments":
@@ -74,7 +76,7 @@ func decodeConfigFast(stdin []byte) (*pluginConfJSON, bool) {
 
 // The JSON names of the fields each object type decodes (their Go types' tags).
 var (
-	topFields = []string{"name", "cniVersion", "type", "dataDir", "ipam", "prevResult",
+	topFields = []string{"name", "cniVersion", "type", "dataDir", "ipam",
 		"cni.dev/valid-attachments", "cni.dev/attachments", "runtimeConfig", "args"}
 	ipamFields = []string{"subnet", "rangeStart", "rangeEnd", "gateway", "Name", "type", "routes",
 		"dataDir", "resolvConf", "ranges", "lockTimeout", "failStatusOnExhaustion"}
@@ -82,13 +84,6 @@ var (
 	routeFields      = []string{"dst", "gw", "mtu", "advmss", "priority", "table", "scope"}
 	attachmentFields = []string{"containerID", "ifname"}
 )
-
-// tokens reads a JSON document token by token; ok turns false, for good, at
-// the first token that is not what the fast path handles.
-type tokens struct {
-	d  *json.Decoder
-	ok bool
-}
 
 func (r *tokens) next() json.Token {
 	if !r.ok {
@@ -148,8 +143,7 @@ func (r *tokens) array(elem func()) {
 func (r *tokens) skip() {
 	depth := 0
 	for r.ok {
-		switch t := r.next().(type) {
-		case json.Delim:
+		if t, isDelim := r.next().(json.Delim); isDelim {
 			if t == '{' || t == '[' {
 				depth++
 			} else {
@@ -178,35 +172,35 @@ func (r *tokens) boolean() *bool {
 	return &b
 }
 
-// ip is net.IP's UnmarshalText: "" is no address.
-func (r *tokens) ip() net.IP {
+// ip is ipJSON's UnmarshalText: "" is a value without an address.
+func (r *tokens) ip() *ipJSON {
 	s := r.str()
 	if s == "" {
-		return nil
+		return &ipJSON{}
 	}
 	ip := net.ParseIP(s)
 	if ip == nil {
 		r.ok = false
 	}
-	return ip
+	return &ipJSON{ip: ip}
 }
 
 // ipnet is types.IPNet's UnmarshalJSON.
 func (r *tokens) ipnet() types.IPNet {
 	n, err := types.ParseCIDR(r.str())
-	if err != nil || !r.ok {
+	if err != nil {
 		r.ok = false
 		return types.IPNet{}
 	}
 	return types.IPNet(*n)
 }
 
-func (r *tokens) ipam() *pluginIPAMJSON {
-	c := &pluginIPAMJSON{}
+func (r *tokens) ipam() *ipamJSON {
+	c := &ipamJSON{}
 	r.object(ipamFields, func(key string) {
 		switch key {
 		case "subnet":
-			c.Subnet = r.ipnet()
+			c.Subnet.n = r.ipnet()
 		case "rangeStart":
 			c.RangeStart = r.ip()
 		case "rangeEnd":
@@ -236,16 +230,17 @@ func (r *tokens) ipam() *pluginIPAMJSON {
 
 // routes reads routes with a destination and optionally a gateway; the rarer
 // route fields (mtu, table, ...) are left to json.Unmarshal.
-func (r *tokens) routes() []*types.Route {
-	out := []*types.Route{}
+func (r *tokens) routes() []*routeJSON {
+	out := []*routeJSON{}
 	r.array(func() {
-		rt := &types.Route{}
+		rt := &routeJSON{}
 		r.object(routeFields, func(key string) {
 			switch key {
 			case "dst":
-				rt.Dst = net.IPNet(r.ipnet())
+				rt.r.Dst = net.IPNet(r.ipnet())
 			case "gw":
-				rt.GW = r.ip()
+				// types.Route decodes gw as a net.IP: "" is nil.
+				rt.r.GW = r.ip().ip
 			default:
 				r.ok = false
 			}
@@ -268,7 +263,7 @@ func (r *tokens) rangeSets() []rangeSetJSON {
 				case "rangeEnd":
 					rg.RangeEnd = r.ip()
 				case "subnet":
-					rg.Subnet = r.ipnet()
+					rg.Subnet.n = r.ipnet()
 				case "gateway":
 					rg.Gateway = r.ip()
 				}
@@ -294,10 +289,10 @@ func (r *tokens) addrs() []*addrArg {
 	return out
 }
 
-func (r *tokens) attachments() []Attachment {
-	out := []Attachment{}
+func (r *tokens) attachments() []allocator.Attachment {
+	out := []allocator.Attachment{}
 	r.array(func() {
-		var a Attachment
+		var a allocator.Attachment
 		r.object(attachmentFields, func(key string) {
 			if key == "containerID" {
 				a.ContainerID = r.str()
@@ -307,42 +302,5 @@ func (r *tokens) attachments() []Attachment {
 		})
 		out = append(out, a)
 	})
-	return out
-}
-
-// generic reads a value as json.Unmarshal does into an interface value: maps,
-// slices, strings, float64 numbers, bools and nil. With wantObject, anything
-// but an object ends the fast path.
-func (r *tokens) generic(wantObject bool) any {
-	t := r.next()
-	if !r.ok {
-		return map[string]any(nil)
-	}
-	d, isDelim := t.(json.Delim)
-	if wantObject && (!isDelim || d != '{') {
-		r.ok = false
-		return map[string]any(nil)
-	}
-	if !isDelim {
-		return t // string, float64, bool or nil
-	}
-	if d == '[' {
-		out := []any{}
-		for r.ok && r.d.More() {
-			out = append(out, r.generic(false))
-		}
-		r.delim(']')
-		return out
-	}
-	out := map[string]any{}
-	for r.ok && r.d.More() {
-		key, isStr := r.next().(string)
-		if !isStr {
-			r.ok = false
-			break
-		}
-		out[key] = r.generic(false) // a repeated key: the last wins, as in json.Unmarshal
-	}
-	r.delim('}')
 	return out
 }
