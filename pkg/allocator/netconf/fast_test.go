@@ -44,6 +44,24 @@ var fastPathCases = []string{
 	`{"name":"n","ipam":{"type":"hostlease","subnet":"10.0.0.0/24","failStatusOnExhaustion":"yes"}}`,
 	`{"name":5}`, `null`, `[]`, `"s"`, ``, `{`, `{"name":"n"} x`, `{"name":"n"}  ` + "\n\t", `{"name":"n"}` + "\v",
 	`{"name":"n\u00e9\ud83d\ude00","ipam":{"type":"hostlease","subnet":"10.0.0.0/24","resolvConf":"\u002fetc"}}`,
+	// JSON's syntax in values the fast path skips, and strings it decodes
+	// that are not plain ASCII.
+	"{\"name\":\"n\",\"x\":\"a\x01b\",\"ipam\":{\"subnet\":\"10.0.0.0/24\"}}",
+	`{"name":"n","x":[01],"ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":[1.],"ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":[1e],"ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":[-],"ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":[+1],"ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":[-0.5e+7,0,1E-2,true,false,null,"",{},[]],"ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":"\x41","ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":"\u00zz","ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":"\"\\\/\b\f\n\r\t\u00E9","ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":[1,],"ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":{"a":1,},"ipam":{"subnet":"10.0.0.0/24"}}`,
+	`{"name":"n","x":tru,"ipam":{"subnet":"10.0.0.0/24"}}`,
+	"{\"name\":\"n\xff\",\"ipam\":{\"subnet\":\"10.0.0.0/24\"}}",
+	"{\"name\":\"n\u00e9\",\"ipam\":{\"subnet\":\"10.0.0.0/24\"}}",
+	"{\"n\u00e9\":1,\"name\":\"n\",\"ipam\":{\"subnet\":\"10.0.0.0/24\"}}",
 	`{"name":"n","x":{"deep":[[[{"y":null}]]]},"ipam":{"type":"hostlease","subnet":"10.0.0.0/24"}}`,
 	`{"name":"n","prevResult":{"n":1e400},"ipam":{"type":"hostlease","subnet":"10.0.0.0/24"}}`,
 }
@@ -87,3 +105,27 @@ func TestDecodeFastMatchesUnmarshal(t *testing.T) {
 }
 
 func dump(p *confJSON) string { return fmt.Sprintf("%#v ipam=%#v", *p, p.IPAM) }
+
+// FuzzDecodeFast: on any input, wherever the fast path decodes, json.Unmarshal
+// decodes the same value without error.
+func FuzzDecodeFast(f *testing.F) {
+	for _, c := range fastPathCases {
+		f.Add([]byte(c))
+	}
+	for _, c := range acceptCases {
+		f.Add([]byte(c.conf))
+	}
+	f.Fuzz(func(t *testing.T, conf []byte) {
+		fast, ok := decodeFast(conf)
+		if !ok {
+			return
+		}
+		var want confJSON
+		if err := json.Unmarshal(conf, &want); err != nil {
+			t.Fatalf("fast path decoded what json.Unmarshal refuses (%v): %q", err, conf)
+		}
+		if !reflect.DeepEqual(*fast, want) {
+			t.Fatalf("%q:\nfast path %s\nUnmarshal %s", conf, dump(fast), dump(&want))
+		}
+	})
+}

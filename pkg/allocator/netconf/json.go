@@ -1,7 +1,6 @@
 package netconf
 
 import (
-	"bytes"
 	"encoding"
 	"encoding/json"
 	"errors"
@@ -179,21 +178,6 @@ func decode(stdin []byte) (*confJSON, error) {
 	return p, nil
 }
 
-// hasTopLevelKey reports whether the (valid) JSON object stdin has a key that
-// json.Unmarshal matches to the field name, that is equal to it but for case.
-func hasTopLevelKey(stdin []byte, name string) bool {
-	r := newTokens(stdin)
-	r.d.UseNumber() // skip numbers of any size
-	found := false
-	r.delim('{')
-	for r.ok && r.d.More() {
-		key, _ := r.next().(string)
-		found = found || strings.EqualFold(key, name)
-		r.skip()
-	}
-	return found
-}
-
 // explainDecodeError turns json.Unmarshal's error into a coded one: undecodable
 // input or a value of the wrong JSON kind is code 6 (decoding failure), an
 // address or CIDR that does not parse code 7 (invalid network config); both
@@ -326,15 +310,4 @@ func jsonKind(t reflect.Type) string {
 		return t.String()
 	}
 	return "a value"
-}
-
-// tokens reads a JSON document token by token; ok turns false, for good, at
-// the first token that is not what the reader handles.
-type tokens struct {
-	d  *json.Decoder
-	ok bool
-}
-
-func newTokens(stdin []byte) *tokens {
-	return &tokens{d: json.NewDecoder(bytes.NewReader(stdin)), ok: true}
 }
