@@ -103,16 +103,11 @@ func (r *reader) ipnet() types.IPNet {
 
 func (r *reader) ipam() *ipamJSON {
 	c := &ipamJSON{}
+	var legacy rangeJSON // the legacy range's fields sit in the ipam object
 	r.object(ipamFields, func(key string) {
 		switch key {
-		case "subnet":
-			c.Subnet.n = r.ipnet()
-		case "rangeStart":
-			c.RangeStart = r.ip()
-		case "rangeEnd":
-			c.RangeEnd = r.ip()
-		case "gateway":
-			c.Gateway = r.ip()
+		case "subnet", "rangeStart", "rangeEnd", "gateway":
+			r.rangeField(key, &legacy)
 		case "Name":
 			c.Name = r.str()
 		case "type":
@@ -131,6 +126,7 @@ func (r *reader) ipam() *ipamJSON {
 			c.FailStatusOnExhaustion = r.boolean()
 		}
 	})
+	c.Subnet, c.RangeStart, c.RangeEnd, c.Gateway = legacy.Subnet, legacy.RangeStart, legacy.RangeEnd, legacy.Gateway
 	return c
 }
 
@@ -162,23 +158,26 @@ func (r *reader) rangeSets() []rangeSetJSON {
 		set := rangeSetJSON{}
 		r.array(func() {
 			var rg rangeJSON
-			r.object(rangeFields, func(key string) {
-				switch key {
-				case "rangeStart":
-					rg.RangeStart = r.ip()
-				case "rangeEnd":
-					rg.RangeEnd = r.ip()
-				case "subnet":
-					rg.Subnet.n = r.ipnet()
-				case "gateway":
-					rg.Gateway = r.ip()
-				}
-			})
+			r.object(rangeFields, func(key string) { r.rangeField(key, &rg) })
 			set = append(set, rg)
 		})
 		out = append(out, set)
 	})
 	return out
+}
+
+// rangeField reads the value of a range's field key into rg.
+func (r *reader) rangeField(key string, rg *rangeJSON) {
+	switch key {
+	case "subnet":
+		rg.Subnet.n = r.ipnet()
+	case "rangeStart":
+		rg.RangeStart = r.ip()
+	case "rangeEnd":
+		rg.RangeEnd = r.ip()
+	case "gateway":
+		rg.Gateway = r.ip()
+	}
 }
 
 // addrs reads requested addresses (addrArg's UnmarshalText); a null entry is

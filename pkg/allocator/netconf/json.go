@@ -163,7 +163,7 @@ func fromIP(ip net.IP) netip.Addr {
 	return a.Unmap()
 }
 
-// decode decodes a config: by the token walk when it takes the config (the
+// decode decodes a config: by the fast path when it takes the config (the
 // common case, see decodeFast), else by json.Unmarshal. On error it also
 // returns what json.Unmarshal decoded before it stopped, for failedField.
 func decode(stdin []byte) (*confJSON, error) {
