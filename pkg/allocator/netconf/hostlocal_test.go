@@ -157,7 +157,7 @@ func compareLoaders(t *testing.T, name string, conf []byte, cniArgs string) stri
 
 	switch {
 	case refPanic != nil:
-		if !errors.Is(err, errNullIP) {
+		if fe, ok := err.(*fieldError); !ok || fe.err != errNullIP {
 			fail("host-local panics (%v); loadIPAM returned %v, want errNullIP", refPanic, err)
 		}
 		return "host-local panics"

@@ -23,7 +23,6 @@ type fieldError struct {
 }
 
 func (e *fieldError) Error() string { return e.err.Error() }
-func (e *fieldError) Unwrap() error { return e.err }
 
 // ipamFrom validates a decoded config's ipam section, runtimeConfig and args,
 // with CNI_ARGS, as host-local's loader does. It returns the requested
