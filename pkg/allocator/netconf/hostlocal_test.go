@@ -170,7 +170,7 @@ func compareLoaders(t *testing.T, name string, conf []byte, cniArgs string) stri
 		if errors.As(refErr, &refType) {
 			if !errors.As(err, &gotType) {
 				fail("host-local: %v; loadIPAM: %v (not a JSON type error)", refErr, err)
-			} else if hostLocalField(refType.Field) != gotType.Field || refType.Value != gotType.Value ||
+			} else if refType.Field != gotType.Field || refType.Value != gotType.Value ||
 				refType.Offset != gotType.Offset || jsonKind(refType.Type) != jsonKind(gotType.Type) {
 				fail("JSON type errors differ:\n host-local %+v\n loadIPAM   %+v", *refType, *gotType)
 			}
@@ -276,6 +276,8 @@ func checkLoad(t *testing.T, name string, conf []byte, cniArgs string, own ownFi
 }
 
 // hostLocalLoad runs host-local's loader, turning a panic into a value.
+// A JSON type error's path loses the Go struct host-local embeds the legacy
+// range in ("ipam.Range.subnet" is the JSON path "ipam.subnet").
 func hostLocalLoad(conf []byte, cniArgs string) (c *hl.IPAMConfig, version string, err error, panicked any) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -283,11 +285,11 @@ func hostLocalLoad(conf []byte, cniArgs string) (c *hl.IPAMConfig, version strin
 		}
 	}()
 	c, version, err = hl.LoadIPAMConfig(conf, cniArgs)
+	if typ := (*json.UnmarshalTypeError)(nil); errors.As(err, &typ) {
+		typ.Field = strings.Replace(typ.Field, "ipam.Range.", "ipam.", 1)
+	}
 	return c, version, err, nil
 }
-
-// hostLocalField drops the Go struct host-local embeds the legacy range in.
-func hostLocalField(f string) string { return strings.Replace(f, "ipam.Range.", "ipam.", 1) }
 
 // label is an error message with its addresses, numbers and quoted values
 // (any word holding a digit, a quote or a bracket) replaced, so that outcomes group by kind.

@@ -273,10 +273,7 @@ func decodeError(err error) error {
 	case errors.As(err, &syn):
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("config is not valid JSON at byte %d: %v", syn.Offset, err), "")
 	case errors.As(err, &typ):
-		// host-local embeds the legacy top-level range as a Go struct named
-		// Range; its fields sit directly in the ipam object.
-		field := strings.Replace(typ.Field, "ipam.Range.", "ipam.", 1)
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s: expected %s, got JSON %s", field, jsonKind(typ.Type), typ.Value), "")
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s: expected %s, got JSON %s", typ.Field, jsonKind(typ.Type), typ.Value), "")
 	}
 	return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("config: %v", err), "")
 }
