@@ -8,11 +8,10 @@
 //
 // A config is decoded once, by one of two tiers: a one-pass reader of the
 // bytes for the common shape (decodeFast), and json.Unmarshal for everything
-// else. A refused
-// config's error is explained from what json.Unmarshal decoded: the
-// *types.Error's code says what kind of input was wrong (4 CNI_ARGS, 6 JSON
-// that does not decode into the schema, 7 a value the schema refuses) and its
-// message names the field.
+// else. A refused config's error is explained from what json.Unmarshal
+// decoded: the *types.Error's code says what kind of input was wrong (4
+// CNI_ARGS, 6 JSON that does not decode into the schema, 7 a value the schema
+// refuses) and its message names the field.
 package netconf
 
 import (
