@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -39,7 +40,7 @@ func TestReleaseLeavesAnAddressThatChangedHands(t *testing.T) {
 	prev := stdin
 	t.Cleanup(func() { stdin = prev })
 	stdin = &stdinThen{answer: strings.NewReader("y\n"), change: func() {
-		c, err := allocator.LoadConfig(netConf(f.dir, "alpha"), "")
+		c, err := netconf.Load(netConf(f.dir, "alpha"), "")
 		if err != nil {
 			t.Fatal(err)
 		}

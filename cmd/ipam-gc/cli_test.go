@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -51,7 +52,7 @@ func netConf(dataDir, name string) []byte {
 // allocate does what the plugin's ADD does for sandbox id on network name.
 func allocate(t *testing.T, dataDir, name, id string) []netip.Addr {
 	t.Helper()
-	c, err := allocator.LoadConfig(netConf(dataDir, name), "")
+	c, err := netconf.Load(netConf(dataDir, name), "")
 	if err != nil {
 		t.Fatal(err)
 	}

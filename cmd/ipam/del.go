@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -29,7 +30,7 @@ import (
 // release fails it (CNI 5 naming the errno). A damaged record that may be
 // the attachment's is logged and left reserved (an operator releases it).
 func cmdDel(args *skel.CmdArgs) error {
-	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	c, err := netconf.Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
@@ -114,7 +115,7 @@ func logNothingHeld(log func() *slog.Logger, damaged []allocator.DamagedRecord) 
 // delReadOnly finishes a DEL whose read-write open failed with rwErr, an
 // environment error: it looks at the store read-only and succeeds when the
 // attachment holds nothing there.
-func delReadOnly(c *allocator.Config, args *skel.CmdArgs, log func() *slog.Logger, rwErr error) error {
+func delReadOnly(c *netconf.Config, args *skel.CmdArgs, log func() *slog.Logger, rwErr error) error {
 	if errors.Is(rwErr, syscall.ELOOP) {
 		// A symlink at the store path is never followed. A dangling one
 		// holds nothing; one that points at a file is the operator's to fix.

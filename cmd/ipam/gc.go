@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -20,7 +21,7 @@ import (
 // IPAM, but the reference plugins (bridge v1.9.1: "FIXME GC") do not, so in a
 // conflist the marker entry is the only hostlease that libcni's GC reaches.
 func cmdGC(args *skel.CmdArgs) error {
-	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	c, err := netconf.Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -18,7 +19,7 @@ import (
 // before it succeeded, so the attachment's allocations are committed. It passes
 // the chain's result through unchanged. Failing to mark is logged, never fatal:
 // the pod is healthy, and hostlease-gc also commits what CRI reports READY.
-func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
+func markerAdd(args *skel.CmdArgs, c *netconf.Config) error {
 	conf := &types.NetConf{}
 	if err := json.Unmarshal(args.StdinData, conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, "config: "+err.Error(), "")
@@ -46,7 +47,7 @@ func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
 
 // markCommitted marks the attachment's records committed in one store
 // transaction and returns how many changed.
-func markCommitted(c *allocator.Config, args *skel.CmdArgs) (int, error) {
+func markCommitted(c *netconf.Config, args *skel.CmdArgs) (int, error) {
 	s, err := openStore(c, store.OpenOptions{})
 	if err != nil {
 		return 0, err
@@ -66,7 +67,7 @@ func markCommitted(c *allocator.Config, args *skel.CmdArgs) (int, error) {
 }
 
 // markerCheck verifies that the chain's allocations were committed.
-func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
+func markerCheck(args *skel.CmdArgs, c *netconf.Config) error {
 	if !storeExists(c) {
 		return nil
 	}
@@ -88,7 +89,7 @@ func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
 
 // held reads the attachment's records from a read-only view of the store,
 // with what the read met (damaged records the owner index lists for it).
-func held(c *allocator.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
+func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
 	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		return nil, txNotes{}, storeError(c, err)

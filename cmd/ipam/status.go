@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -24,7 +25,7 @@ import (
 // is an alert (hostlease-gc's metrics), not a node outage: STATUS reports it
 // only with ipam "failStatusOnExhaustion": true.
 func cmdStatus(args *skel.CmdArgs) error {
-	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	c, err := netconf.Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -26,7 +27,7 @@ func logWith(attrs ...any) *slog.Logger {
 // make it on first use; ReadOnly), waiting for its lock as long as the
 // config's lockTimeout. Errors are returned as they are (callers decide what
 // missing or unreadable state means for their verb); storeError codes them.
-func openStore(c *allocator.Config, o store.OpenOptions) (*store.Store, error) {
+func openStore(c *netconf.Config, o store.OpenOptions) (*store.Store, error) {
 	o.LockTimeout = c.LockTimeout
 	return store.Open(store.FilePath(c.StoreDir, c.Network), o)
 }
@@ -36,7 +37,7 @@ func openStore(c *allocator.Config, o store.OpenOptions) (*store.Store, error) {
 // aside and rebuild; 5 for an environment error (naming the errno and the
 // path), for a damaged page (the operator rebuilds it) and for a store of
 // another schema (the operator runs the matching binary); 5 for anything else.
-func storeError(c *allocator.Config, err error) error {
+func storeError(c *netconf.Config, err error) error {
 	var cerr *types.Error
 	switch {
 	case errors.As(err, &cerr):
@@ -59,7 +60,7 @@ func storeError(c *allocator.Config, err error) error {
 
 // storeExists reports whether anything is at the network's store path (a
 // symlink there counts: Open refuses it, naming it).
-func storeExists(c *allocator.Config) bool {
+func storeExists(c *netconf.Config) bool {
 	_, err := os.Lstat(store.FilePath(c.StoreDir, c.Network))
 	return err == nil
 }
@@ -87,13 +88,13 @@ func (n txNotes) log(log func() *slog.Logger) {
 }
 
 // hostLocalStateExists reports whether host-local left state for the network.
-func hostLocalStateExists(c *allocator.Config) bool {
+func hostLocalStateExists(c *netconf.Config) bool {
 	_, err := os.Stat(allocator.HostLocalDir(c.HostLocalDir, c.Network))
 	return err == nil
 }
 
 // kick tells hostlease-gc to sweep now: it watches this file's mtime.
-func kick(c *allocator.Config) {
+func kick(c *netconf.Config) {
 	path := filepath.Join(c.StoreDir, ".kick")
 	now := time.Now()
 	if err := os.Chtimes(path, now, now); err != nil {

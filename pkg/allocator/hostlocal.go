@@ -212,7 +212,3 @@ func ReleaseVanishedHostLocal(tx Store, dir string, now time.Time) ([]*Record, e
 	}
 	return out, nil
 }
-
-// ValidNetworkName reports whether name is a network name the plugin accepts,
-// and so one that can name a store file and a host-local directory.
-func ValidNetworkName(name string) bool { return validNetworkName(name) == nil }

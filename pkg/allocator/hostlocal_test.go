@@ -15,19 +15,26 @@ import (
 )
 
 // hostLocalSets loads range sets through host-local's own config code, so the
-// test drives host-local's allocator and hostlease with the same ranges.
+// test drives host-local's allocator and hostlease with the same ranges (the
+// plugin's loader yields the same canonical sets: netconf's
+// TestLoaderMatchesHostLocal).
 func hostLocalSets(t *testing.T, ranges string) ([]hl.RangeSet, []StoredRangeSet) {
 	t.Helper()
 	conf := []byte(`{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"host-local","ranges":` + ranges + `}}`)
-	c, err := LoadConfig(conf, "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ref, _, err := hl.LoadIPAMConfig(conf, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ref.Ranges, c.RangeSets
+	addr := func(ip net.IP) netip.Addr { a, _ := netip.AddrFromSlice(ip); return a.Unmap() }
+	sets := make([]StoredRangeSet, len(ref.Ranges))
+	for i, set := range ref.Ranges {
+		for _, r := range set {
+			ones, _ := r.Subnet.Mask.Size()
+			sets[i].Ranges = append(sets[i].Ranges, StoredRange{Subnet: netip.PrefixFrom(addr(r.Subnet.IP), ones),
+				Start: addr(r.RangeStart), End: addr(r.RangeEnd), Gateway: addr(r.Gateway)})
+		}
+	}
+	return ref.Ranges, sets
 }
 
 // hostLocalAdd reserves one address per range set with host-local's own

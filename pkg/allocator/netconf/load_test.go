@@ -1,4 +1,4 @@
-package allocator
+package netconf
 
 import (
 	"errors"
@@ -10,21 +10,25 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // rng builds a canonical range the way host-local canonicalises one.
-func rng(subnet, start, end, gw string) StoredRange {
-	r := StoredRange{Subnet: netip.MustParsePrefix(subnet), Start: netip.MustParseAddr(start), End: netip.MustParseAddr(end)}
+func rng(subnet, start, end, gw string) allocator.StoredRange {
+	r := allocator.StoredRange{Subnet: netip.MustParsePrefix(subnet), Start: netip.MustParseAddr(start), End: netip.MustParseAddr(end)}
 	if gw != "" {
 		r.Gateway = netip.MustParseAddr(gw)
 	}
 	return r
 }
 
-func set(ranges ...StoredRange) StoredRangeSet { return StoredRangeSet{Ranges: ranges} }
+func set(ranges ...allocator.StoredRange) allocator.StoredRangeSet {
+	return allocator.StoredRangeSet{Ranges: ranges}
+}
 
-// acceptCases are configs LoadConfig must accept; the host-local oracle test
-// (ipamconf_test.go) also runs them.
+// acceptCases are configs Load must accept; the host-local oracle test
+// (hostlocal_test.go) also runs them.
 var acceptCases = func() []acceptCase {
 	v4 := set(rng("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"))
 	return []acceptCase{{
@@ -33,7 +37,7 @@ var acceptCases = func() []acceptCase {
 			[{"subnet":"10.0.0.0/28"},{"subnet":"10.0.1.0/28","rangeStart":"10.0.1.4","rangeEnd":"10.0.1.8","gateway":"10.0.1.9"}],
 			[{"subnet":"10.0.2.0/29","gateway":"10.0.2.6"}]]}}`,
 		check: func(t *testing.T, c *Config) {
-			want := []StoredRangeSet{
+			want := []allocator.StoredRangeSet{
 				set(rng("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"),
 					rng("10.0.1.0/28", "10.0.1.4", "10.0.1.8", "10.0.1.9")),
 				set(rng("10.0.2.0/29", "10.0.2.1", "10.0.2.6", "10.0.2.6")),
@@ -42,8 +46,8 @@ var acceptCases = func() []acceptCase {
 			eq(t, "Network", c.Network, "net1")
 			eq(t, "CNIVersion", c.CNIVersion, "1.0.0")
 			eq(t, "Marker", c.Marker, false)
-			eq(t, "StoreDir", c.StoreDir, DefaultStoreDir)
-			eq(t, "HostLocalDir", c.HostLocalDir, DefaultHostLocalDir)
+			eq(t, "StoreDir", c.StoreDir, allocator.DefaultStoreDir)
+			eq(t, "HostLocalDir", c.HostLocalDir, allocator.DefaultHostLocalDir)
 			eq(t, "LockTimeout", c.LockTimeout, DefaultLockTimeout)
 			eq(t, "FailStatusOnExhaustion (off by default: a STATUS error evicts the node's pods)", c.FailStatusOnExhaustion, false)
 		},
@@ -53,7 +57,7 @@ var acceptCases = func() []acceptCase {
 			"subnet":"10.2.0.0/24","rangeStart":"10.2.0.10","rangeEnd":"10.2.0.20","gateway":"10.2.0.254",
 			"ranges":[[{"subnet":"fd00::/120"}]]}}`,
 		check: func(t *testing.T, c *Config) {
-			eq(t, "RangeSets", c.RangeSets, []StoredRangeSet{
+			eq(t, "RangeSets", c.RangeSets, []allocator.StoredRangeSet{
 				set(rng("10.2.0.0/24", "10.2.0.10", "10.2.0.20", "10.2.0.254")),
 				set(rng("fd00::/120", "fd00::1", "fd00::ff", "fd00::1")),
 			})
@@ -62,7 +66,7 @@ var acceptCases = func() []acceptCase {
 		name: "legacy top-level subnet alone",
 		conf: `{"cniVersion":"0.3.1","name":"net1","ipam":{"type":"hostlease","subnet":"10.0.0.0/28"}}`,
 		check: func(t *testing.T, c *Config) {
-			eq(t, "RangeSets", c.RangeSets, []StoredRangeSet{v4})
+			eq(t, "RangeSets", c.RangeSets, []allocator.StoredRangeSet{v4})
 		},
 	}, {
 		name: "routes, dataDir and resolvConf",
@@ -94,7 +98,7 @@ var acceptCases = func() []acceptCase {
 		conf: `{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"hostlease","ranges":[[{"subnet":"10.0.0.0/28"}]]},
 			"runtimeConfig":{"ipRanges":[[{"subnet":"fd00::/124","rangeStart":"fd00::4"}]]}}`,
 		check: func(t *testing.T, c *Config) {
-			eq(t, "RangeSets", c.RangeSets, []StoredRangeSet{
+			eq(t, "RangeSets", c.RangeSets, []allocator.StoredRangeSet{
 				set(rng("fd00::/124", "fd00::4", "fd00::f", "fd00::1")),
 				v4,
 			})
@@ -103,7 +107,7 @@ var acceptCases = func() []acceptCase {
 		name: "dual-stack: IPv6 ranges end at the subnet's last address",
 		conf: `{"cniVersion":"1.0.0","name":"dual","ipam":{"type":"hostlease","ranges":[[{"subnet":"10.0.0.0/28"}],[{"subnet":"fd00:1::/64"}]]}}`,
 		check: func(t *testing.T, c *Config) {
-			eq(t, "RangeSets", c.RangeSets, []StoredRangeSet{
+			eq(t, "RangeSets", c.RangeSets, []allocator.StoredRangeSet{
 				v4,
 				set(rng("fd00:1::/64", "fd00:1::1", "fd00:1::ffff:ffff:ffff:ffff", "fd00:1::1")),
 			})
@@ -124,22 +128,27 @@ var acceptCases = func() []acceptCase {
 			if c.IPAM != nil || c.RangeSets != nil {
 				t.Errorf("marker config has IPAM %v, RangeSets %v", c.IPAM, c.RangeSets)
 			}
-			if c.RawPrevResult == nil {
-				t.Error("prevResult not kept")
-			}
 		},
 	}, {
 		name: "commit marker without dataDir uses the default store dir",
 		conf: `{"cniVersion":"1.1.0","name":"net1","type":"hostlease"}`,
 		check: func(t *testing.T, c *Config) {
 			eq(t, "Marker", c.Marker, true)
-			eq(t, "StoreDir", c.StoreDir, DefaultStoreDir)
+			eq(t, "StoreDir", c.StoreDir, allocator.DefaultStoreDir)
+		},
+	}, {
+		name: "commit marker with a key in another case (decoded by json.Unmarshal)",
+		conf: `{"cniVersion":"1.1.0","Name":"net1","type":"hostlease","dataDir":"/run/hl"}`,
+		check: func(t *testing.T, c *Config) {
+			eq(t, "Marker", c.Marker, true)
+			eq(t, "Network", c.Network, "net1")
+			eq(t, "StoreDir", c.StoreDir, "/run/hl")
 		},
 	}, {
 		name: "GC's valid attachments, either spelling",
 		conf: `{"cniVersion":"1.1.0","name":"net1","ipam":{"type":"hostlease","subnet":"10.0.0.0/28"},"cni.dev/attachments":[{"containerID":"c1","ifname":"eth0"}]}`,
 		check: func(t *testing.T, c *Config) {
-			eq(t, "ValidAttachments", c.ValidAttachments, []Attachment{{"c1", "eth0"}})
+			eq(t, "ValidAttachments", c.ValidAttachments, []allocator.Attachment{{ContainerID: "c1", IfName: "eth0"}})
 		},
 	}, {
 		name: "network names may hold '.', '_' and '-' after the first character",
@@ -157,12 +166,12 @@ type acceptCase struct {
 	check   func(t *testing.T, c *Config)
 }
 
-func TestLoadConfigAccepts(t *testing.T) {
+func TestLoadAccepts(t *testing.T) {
 	for _, tc := range acceptCases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := LoadConfig([]byte(tc.conf), tc.cniArgs)
+			c, err := Load([]byte(tc.conf), tc.cniArgs)
 			if err != nil {
-				t.Fatalf("LoadConfig: %v", err)
+				t.Fatalf("Load: %v", err)
 			}
 			tc.check(t, c)
 		})
@@ -178,8 +187,8 @@ type rejectCase struct {
 	want []string
 }
 
-// rejectCases are configs LoadConfig must refuse, with the error's code and
-// words; the host-local oracle test (ipamconf_test.go) also runs them.
+// rejectCases are configs Load must refuse, with the error's code and
+// words; the host-local oracle test (hostlocal_test.go) also runs them.
 var rejectCases = func() []rejectCase {
 	// ipam wraps a range set list in a config with a valid name and version.
 	ipam := func(body string) string {
@@ -217,6 +226,8 @@ var rejectCases = func() []rejectCase {
 		{"bad route gw", ipam(`"subnet":"10.0.0.0/24","routes":[{"dst":"0.0.0.0/0","gw":"10.0.0.256"}]`), "", types.ErrInvalidNetworkConfig, []string{"ipam.routes[0].gw:"}},
 		{"bad args.cni.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"args":{"cni":{"ips":["10.0.0.5","ten"]}}}`, "", types.ErrInvalidNetworkConfig, []string{"args.cni.ips[1]:"}},
 		{"bad runtimeConfig.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"runtimeConfig":{"ips":["10.0.0.5/"]}}`, "", types.ErrInvalidNetworkConfig, []string{"runtimeConfig.ips[0]:"}},
+		{"empty args.cni.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"args":{"cni":{"ips":["10.0.0.5",""]}}}`, "", types.ErrInvalidNetworkConfig, []string{"args.cni.ips[1]:", "cannot understand ip"}},
+		{"empty runtimeConfig.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"runtimeConfig":{"ips":[""]}}`, "", types.ErrInvalidNetworkConfig, []string{"runtimeConfig.ips[0]:", "cannot understand ip"}},
 		// host-local itself panics on these (nil *ip.IP); a crashing DEL is retried forever.
 		// hostlease refuses them (errNullIP).
 		{"null args.cni.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"args":{"cni":{"ips":[null]}}}`, "", types.ErrInvalidNetworkConfig, []string{"args.cni.ips[0]:"}},
@@ -240,6 +251,8 @@ var rejectCases = func() []rejectCase {
 		{"network name with a slash", `{"cniVersion":"1.0.0","name":"a/b","ipam":{"subnet":"10.0.0.0/24"}}`, "", types.ErrInvalidNetworkConfig, []string{"name:"}},
 		{"network name starting with a dot", `{"cniVersion":"1.0.0","name":".db","ipam":{"subnet":"10.0.0.0/24"}}`, "", types.ErrInvalidNetworkConfig, []string{"name:"}},
 		{"empty network name", `{"cniVersion":"1.0.0","ipam":{"subnet":"10.0.0.0/24"}}`, "", types.ErrInvalidNetworkConfig, []string{"name:"}},
+		{"marker type with a null ipam", `{"cniVersion":"1.0.0","name":"net1","type":"hostlease","ipam":null}`, "", types.ErrInvalidNetworkConfig, []string{"IPAM config missing 'ipam' key"}},
+		{"marker type with a null ipam under a key in another case", `{"cniVersion":"1.0.0","name":"net1","type":"hostlease","IPAM":null}`, "", types.ErrInvalidNetworkConfig, []string{"IPAM config missing 'ipam' key"}},
 		{"bad network name in marker mode", `{"cniVersion":"1.0.0","name":"x y","type":"hostlease"}`, "", types.ErrInvalidNetworkConfig, []string{"name:"}},
 
 		{"lockTimeout not a duration", ipam(`"subnet":"10.0.0.0/24","lockTimeout":"ten seconds"`), "", types.ErrInvalidNetworkConfig, []string{"ipam.lockTimeout:"}},
@@ -255,12 +268,12 @@ var rejectCases = func() []rejectCase {
 	}
 }()
 
-func TestLoadConfigRejects(t *testing.T) {
+func TestLoadRejects(t *testing.T) {
 	for _, tc := range rejectCases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := LoadConfig([]byte(tc.conf), tc.cniArgs)
+			c, err := Load([]byte(tc.conf), tc.cniArgs)
 			if err == nil {
-				t.Fatalf("LoadConfig accepted it: %+v", c)
+				t.Fatalf("Load accepted it: %+v", c)
 			}
 			var cerr *types.Error
 			if !errors.As(err, &cerr) {
@@ -283,9 +296,9 @@ func TestLoadConfigRejects(t *testing.T) {
 
 // A field that host-local accepts empty must not be blamed for an error
 // elsewhere in the config.
-func TestLoadConfigBlamesTheRightField(t *testing.T) {
+func TestLoadBlamesTheRightField(t *testing.T) {
 	conf := `{"cniVersion":"1.0.0","name":"n","ipam":{"ranges":[[{"subnet":"10.0.0.0/24","gateway":""}],[{"subnet":"10.1.0.0/24","rangeStart":"10.2.0.1"}]]}}`
-	_, err := LoadConfig([]byte(conf), "")
+	_, err := Load([]byte(conf), "")
 	var cerr *types.Error
 	if !errors.As(err, &cerr) || cerr.Code != types.ErrInvalidNetworkConfig {
 		t.Fatalf("err = %#v, want code 7", err)
