@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 var (
@@ -155,7 +155,7 @@ func run(b *testing.B) error {
 		}
 		for _, n := range nets {
 			_ = os.RemoveAll(filepath.Join(n.dataDir, n.name))
-			_ = os.Remove(allocator.StorePath(n.dataDir, n.name))
+			_ = os.Remove(store.FilePath(n.dataDir, n.name))
 		}
 	}
 
@@ -310,12 +310,12 @@ func verifyHeld(nets []*network, want int) error {
 				return fmt.Errorf("%s holds %d addresses after the measurement, want %d", n.p.name, held, want)
 			}
 		case kindHostlease:
-			s, err := allocator.Open(allocator.StorePath(n.dataDir, n.name), allocator.OpenOptions{ReadOnly: true})
+			s, err := store.Open(store.FilePath(n.dataDir, n.name), store.OpenOptions{ReadOnly: true})
 			if err != nil {
 				return err
 			}
 			var held int
-			err = s.View(func(tx *allocator.Tx) error { held = tx.Count(); return nil })
+			err = s.View(func(tx *store.Tx) error { held = tx.Count(); return nil })
 			s.Close()
 			if err != nil {
 				return err

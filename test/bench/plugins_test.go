@@ -16,7 +16,7 @@ import (
 
 	hl "github.com/containernetworking/plugins/plugins/ipam/host-local/backend/allocator"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // kind is what a plugin under test is, which decides how its pools are
@@ -268,11 +268,11 @@ func (n *network) fillByADD(count, par int) (map[netip.Addr]string, time.Duratio
 // of a probe container succeed (as a warm-up pair would). If not, n's store
 // is removed again.
 func (n *network) adoptStore(from *network) (bool, error) {
-	b, err := os.ReadFile(allocator.StorePath(from.dataDir, from.name))
+	b, err := os.ReadFile(store.FilePath(from.dataDir, from.name))
 	if err != nil {
 		return false, err
 	}
-	path := allocator.StorePath(n.dataDir, n.name)
+	path := store.FilePath(n.dataDir, n.name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return false, err
 	}
