@@ -3,6 +3,7 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -334,9 +335,12 @@ func verifyHeld(nets []*network, want int) error {
 }
 
 // measure times ks[i] {ADD a new container; DEL it} pairs for each plugin,
-// interleaved (the plugins take turns, in rotating order, so that machine
-// noise hits them alike). A plugin with fewer pairs is spread evenly over
-// the run. A few untimed pairs warm each plugin up first.
+// interleaved: the plugins take turns, in a new random order every turn
+// (seeded: the same sequence every run), so that machine noise hits them
+// alike and no plugin always runs right after the same one — after
+// host-local's ADD at a full pool, which reads thousands of files, the next
+// call finds the CPU caches cold. A plugin with fewer pairs is spread evenly
+// over the run. A few untimed pairs warm each plugin up first.
 func measure(nets []*network, ks []int, tag string) ([]stat, error) {
 	for _, n := range nets {
 		for w := 0; w < 3; w++ {
@@ -351,9 +355,9 @@ func measure(nets []*network, ks []int, tag string) ([]stat, error) {
 	}
 	k := slices.Max(ks)
 	stats := make([]stat, len(nets))
+	order := rand.New(rand.NewPCG(uint64(len(tag)), 12))
 	for i := 0; i < k; i++ {
-		for j := range nets {
-			p := (i + j) % len(nets)
+		for _, p := range order.Perm(len(nets)) {
 			if i*ks[p]/k == (i+1)*ks[p]/k {
 				continue
 			}
