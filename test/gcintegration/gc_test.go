@@ -50,7 +50,7 @@ func TestLeakedAddressesReclaimedAfterMisses(t *testing.T) {
 	}
 
 	d := n.startDaemon()
-	eventually(t, 10*time.Second, "3 leaked addresses reclaimed", func() (bool, string) {
+	eventually(t, "3 leaked addresses reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "sandbox_absent")
 		return v == 3, fmt.Sprintf("hostlease_reclaims_total{reason=sandbox_absent} = %v", v)
 	})
@@ -97,13 +97,11 @@ func TestLeakedAddressesReclaimedAfterMisses(t *testing.T) {
 			t.Errorf("audit reclaim of %s: %+v, want ip %s by hostlease-gc for pod default/pod-%s", id, ev, ips[id], id)
 		case !strings.HasPrefix(ev.Reason, "sandbox_absent: ") || !strings.Contains(ev.Reason, "for 2 sweeps"):
 			t.Errorf("audit reclaim of %s: reason %q, want sandbox_absent after 2 sweeps", id, ev.Reason)
-		case ev.Time.Sub(d.started) < 190*time.Millisecond:
-			// The start sweep is the first miss; only the next tick (one
-			// interval later) may reclaim.
-			t.Errorf("reclaimed %s only %s after the daemon started: the second miss cannot come before one 200ms interval",
-				id, ev.Time.Sub(d.started))
 		}
 	}
+	// The start sweep is the first miss and reclaims nothing; the reclaims
+	// come from a later sweep, as the daemon's log orders them.
+	checkReclaimedAfter(t, d, "start", 0, 3)
 	if ev, ok := evs[leaks[0]]; ok {
 		t.Logf("timing: the reclaiming sweep ran %s after the daemon started (interval 200ms, misses 2); seen in the metrics %s after the last ADD",
 			ev.Time.Sub(d.started).Round(time.Millisecond), observed.Round(time.Millisecond))
@@ -147,12 +145,12 @@ func TestLiveAndStaleNeverReclaimed(t *testing.T) {
 
 	d := n.startDaemon()
 	// The leak proves sweeps are reclaiming; the rest must survive many more.
-	eventually(t, 10*time.Second, "the leak reclaimed", func() (bool, string) {
+	eventually(t, "the leak reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "sandbox_absent")
 		return v == 1, fmt.Sprintf("reclaims %v", v)
 	})
 	s0 := d.scrape().sweeps()
-	eventually(t, 15*time.Second, "10 more sweeps", func() (bool, string) {
+	eventually(t, "10 more sweeps", func() (bool, string) {
 		s := d.scrape().sweeps()
 		return s >= s0+10, fmt.Sprintf("%v sweeps", s)
 	})
@@ -207,13 +205,13 @@ func TestInFlightAllocationKeptUntilMinAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := n.startDaemon("--min-age", "30s")
-	eventually(t, 10*time.Second, "the torn-down sandbox's address reclaimed", func() (bool, string) {
+	eventually(t, "the torn-down sandbox's address reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "netns_gone")
 		return v == 1, fmt.Sprintf("reclaims{netns_gone} %v", v)
 	})
 	reclaimedAt := time.Now()
 	s0 := d.scrape().sweeps()
-	eventually(t, 15*time.Second, "8 more sweeps", func() (bool, string) {
+	eventually(t, "8 more sweeps", func() (bool, string) {
 		s := d.scrape().sweeps()
 		return s >= s0+8, fmt.Sprintf("%v sweeps", s)
 	})
@@ -295,7 +293,7 @@ func TestCRIUnusableReclaimsNothing(t *testing.T) {
 	// 1. ListPodSandbox fails.
 	n.cri.SetMode(listFail)
 	d = n.startDaemon()
-	eventually(t, 10*time.Second, "3 failed sweeps", func() (bool, string) {
+	eventually(t, "3 failed sweeps", func() (bool, string) {
 		v := criErrors(d)
 		return v >= 3, fmt.Sprintf("cri_error sweeps %v", v)
 	})
@@ -318,7 +316,7 @@ func TestCRIUnusableReclaimsNothing(t *testing.T) {
 	n.cri.SetMode(listEmpty)
 	_, a0, _ := n.cri.Counts()
 	c1 := criErrors(d)
-	eventually(t, 10*time.Second, "3 sweeps with an empty list", func() (bool, string) {
+	eventually(t, "3 sweeps with an empty list", func() (bool, string) {
 		_, a, _ := n.cri.Counts()
 		m := d.scrape()
 		up, _ := m.get("hostlease_cri_up", nil)
@@ -335,13 +333,17 @@ func TestCRIUnusableReclaimsNothing(t *testing.T) {
 
 	// 3. ListPodSandbox hangs past the daemon's CRI timeout.
 	n.cri.SetMode(listHang)
-	eventually(t, 10*time.Second, "a sweep blocked in ListPodSandbox", func() (bool, string) {
+	eventually(t, "a sweep blocked in ListPodSandbox", func() (bool, string) {
 		_, _, h := n.cri.Counts()
 		return h == 1, fmt.Sprintf("%d hanging", h)
 	})
 	hangStart := time.Now()
 	c3 := criErrors(d)
-	// The daemon holds no store while it waits for CRI.
+	// The daemon holds no store while it waits for CRI: an ADD and a DEL
+	// both succeed, and both return while the sweep still waits (a store
+	// held by the sweep would make them wait for the lock until the sweep
+	// gave up on CRI, and fail with error 11 after the plugin's lockTimeout,
+	// which is shorter than the daemon's CRI timeout).
 	for _, verb := range []string{"ADD", "DEL"} {
 		var o outcome
 		if verb == "ADD" {
@@ -349,11 +351,15 @@ func TestCRIUnusableReclaimsNothing(t *testing.T) {
 		} else {
 			o = n.del("during-hang")
 		}
-		if !o.OK() || o.Elapsed > 2*time.Second {
-			t.Errorf("%s while the daemon waits on CRI: %s in %s", verb, o, o.Elapsed)
+		if !o.OK() {
+			t.Errorf("%s while the daemon waits on CRI: %s", verb, o)
+		}
+		if _, _, h := n.cri.Counts(); h != 1 || criErrors(d) != c3 {
+			t.Errorf("%s returned after the hanging sweep was given up (%d ListPodSandbox calls hanging, cri_error sweeps %v, was %v): it waited for the daemon",
+				verb, h, criErrors(d), c3)
 		}
 	}
-	eventually(t, 30*time.Second, "the hanging sweep given up", func() (bool, string) {
+	eventually(t, "the hanging sweep given up", func() (bool, string) {
 		v := criErrors(d)
 		return v >= c3+1, fmt.Sprintf("cri_error %v (was %v)", v, c3)
 	})
@@ -368,7 +374,7 @@ func TestCRIUnusableReclaimsNothing(t *testing.T) {
 
 	// 4. The runtime answers again: the leaks go, the live sandbox stays.
 	n.cri.SetMode(listNormal)
-	eventually(t, 10*time.Second, "the 2 leaks reclaimed once CRI answers", func() (bool, string) {
+	eventually(t, "the 2 leaks reclaimed once CRI answers", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "sandbox_absent")
 		return v == 2, fmt.Sprintf("reclaims %v", v)
 	})
@@ -394,14 +400,14 @@ func TestCRIRestartRecovers(t *testing.T) {
 	n.commitMarker("live-0")
 	n.cri.Ready("live-0", ipLive)
 	d := n.startDaemon()
-	eventually(t, 10*time.Second, "a first good sweep", func() (bool, string) {
+	eventually(t, "a first good sweep", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_sweeps_total", lbl("result", "ok"))
 		return v >= 1, fmt.Sprintf("ok sweeps %v", v)
 	})
 	n.cri.Stop()
 	n.add("leak-0") // a chain fails while the runtime is down
 	c0, _ := d.scrape().get("hostlease_sweeps_total", lbl("result", "cri_error"))
-	eventually(t, 10*time.Second, "3 failed sweeps with the runtime down", func() (bool, string) {
+	eventually(t, "3 failed sweeps with the runtime down", func() (bool, string) {
 		m := d.scrape()
 		ce, _ := m.get("hostlease_sweeps_total", lbl("result", "cri_error"))
 		up, _ := m.get("hostlease_cri_up", nil)
@@ -414,7 +420,7 @@ func TestCRIRestartRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	eventually(t, 15*time.Second, "the leak reclaimed after the runtime is back", func() (bool, string) {
+	eventually(t, "the leak reclaimed after the runtime is back", func() (bool, string) {
 		m := d.scrape()
 		up, _ := m.get("hostlease_cri_up", nil)
 		return reclaimsOf(m, "sandbox_absent") == 1 && up == 1, fmt.Sprintf("reclaims %v, cri_up %v", reclaimsOf(m, "sandbox_absent"), up)
@@ -446,7 +452,7 @@ func TestMassReclaimGuard(t *testing.T) {
 		n.add(fmt.Sprintf("leak-%d", i))
 	}
 	d := n.startDaemon("--max-reclaim-fraction", "0.25") // 3 > max(1, 0.25 * 3 records)
-	eventually(t, 10*time.Second, "the guard tripped 3 times", func() (bool, string) {
+	eventually(t, "the guard tripped 3 times", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_reclaim_guard_tripped_total", netLabel)
 		return v >= 3, fmt.Sprintf("hostlease_reclaim_guard_tripped_total %v", v)
 	})
@@ -482,7 +488,7 @@ func TestMassReclaimGuard(t *testing.T) {
 	// The person looked and raises the limit.
 	d.stopClean()
 	d2 := n.startDaemon("--max-reclaim-fraction", "1") // 3 <= 1 * 3 records
-	eventually(t, 10*time.Second, "the 3 leaks reclaimed after the restart", func() (bool, string) {
+	eventually(t, "the 3 leaks reclaimed after the restart", func() (bool, string) {
 		v := reclaimsOf(d2.scrape(), "sandbox_absent")
 		return v == 3, fmt.Sprintf("reclaims %v", v)
 	})
@@ -503,7 +509,7 @@ func TestExhaustionKicksImmediateSweep(t *testing.T) {
 		n.add(fmt.Sprintf("leak-%d", i))
 	}
 	d := n.startDaemon("--interval", "1h", "--max-reclaim-fraction", "1")
-	eventually(t, 10*time.Second, "the start sweep", func() (bool, string) {
+	eventually(t, "the start sweep", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_sweeps_total", lbl("result", "ok"))
 		return v == 1, fmt.Sprintf("ok sweeps %v", v)
 	})
@@ -516,29 +522,41 @@ func TestExhaustionKicksImmediateSweep(t *testing.T) {
 		t.Fatalf("status %+v, want the pool full of leaks", p)
 	}
 
+	addStart := time.Now()
 	o := n.tryAdd("new-0")
 	failedAt := time.Now()
 	if o.Err == nil || o.Err.Code != 100 || !strings.Contains(o.Err.Msg, "10.77.0.10-10.77.0.13") {
 		t.Fatalf("ADD into a full pool: %s, want CNI error 100 naming the range set", o)
 	}
-	latency := eventually(t, 10*time.Second, "the kicked sweep reclaimed the 4 leaks", func() (bool, string) {
+	latency := eventually(t, "the kicked sweep reclaimed the 4 leaks", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "sandbox_absent")
 		return v == 4, fmt.Sprintf("reclaims %v", v)
 	})
-	t.Logf("timing: exhaustion kick -> reclaimed in %s (kick file polled every 1s, interval 1h)", latency.Round(time.Millisecond))
-	if latency > 5*time.Second {
-		t.Errorf("the kicked sweep took %s", latency)
-	}
+	t.Logf("informational: exhaustion kick -> reclaimed in %s (kick file polled every 1s, interval 1h)", latency.Round(time.Millisecond))
+	// With an hour between sweeps only the kick can have swept again: the
+	// second sweep is triggered by the exhaustion, reclaims the 4 leaks, and
+	// every reclaim is dated after the failed ADD began.
 	m := d.scrape()
 	if v := m.value(t, "hostlease_sweeps_total", lbl("result", "ok")); v != 2 {
 		t.Errorf("%v ok sweeps, want 2 (start + one kick)", v)
+	}
+	checkReclaimedAfter(t, d, "start", 0, 4)
+	if sw := d.logs.entries("sweep finished"); len(sw) != 2 || sw[1]["trigger"] != "exhaustion" || sw[1]["reclaimed"] != 4.0 {
+		t.Errorf("daemon log: sweeps %v, want the start sweep and one triggered by the exhaustion reclaiming 4", sw)
+	}
+	for _, ev := range reclaimEvents(n.audit()) {
+		if ev.Time.Before(addStart) {
+			t.Errorf("reclaim of %s dated %s, before the exhausted ADD began (%s)", ev.IP, ev.Time, addStart)
+		}
 	}
 	if v := m.value(t, "hostlease_allocation_failures_total", lbl("network", network, "range_set", "0", "reason", "exhausted")); v != 1 {
 		t.Errorf("hostlease_allocation_failures_total{exhausted} = %v, want 1", v)
 	}
 	last := m.value(t, "hostlease_last_exhaustion_timestamp_seconds", lbl("network", network, "range_set", "0"))
-	if at := time.Unix(0, int64(last*1e9)); at.Before(failedAt.Add(-5*time.Second)) || at.After(failedAt) {
-		t.Errorf("hostlease_last_exhaustion_timestamp_seconds = %s, want about %s", at, failedAt)
+	// The exhaustion is dated inside the failed ADD (to the gauge's float
+	// precision: a microsecond either side).
+	if at := time.Unix(0, int64(last*1e9)); at.Before(addStart.Add(-time.Microsecond)) || at.After(failedAt.Add(time.Microsecond)) {
+		t.Errorf("hostlease_last_exhaustion_timestamp_seconds = %s, want between the failed ADD's start %s and end %s", at, addStart, failedAt)
 	}
 	if p := n.pool(); p.Exhausted != 1 || p.Free != 4 {
 		t.Errorf("status %+v, want 1 exhaustion and a free pool", p)
@@ -555,7 +573,7 @@ func TestDryRunReportsAndChangesNothing(t *testing.T) {
 	n := newNode(t, 8)
 	ip := n.add("leak-0")
 	d := n.startDaemon("--dry-run")
-	eventually(t, 10*time.Second, "a would-reclaim report", func() (bool, string) {
+	eventually(t, "a would-reclaim report", func() (bool, string) {
 		for _, e := range d.logs.entries("would reclaim address (dry run)") {
 			if e["ip"] == ip.String() && e["sandbox"] == "leak-0" && e["reason"] == "sandbox_absent" {
 				return true, ""
@@ -564,7 +582,7 @@ func TestDryRunReportsAndChangesNothing(t *testing.T) {
 		return false, "no report yet"
 	})
 	s0 := d.scrape().sweeps()
-	eventually(t, 10*time.Second, "3 more sweeps", func() (bool, string) {
+	eventually(t, "3 more sweeps", func() (bool, string) {
 		s := d.scrape().sweeps()
 		return s >= s0+3, fmt.Sprintf("%v sweeps", s)
 	})
@@ -603,7 +621,7 @@ func TestTruncatedStoreSetAsideAndRebuilt(t *testing.T) {
 	ipGone := n.add("going")
 	n.cri.Ready("going", ipGone)
 	d := n.startDaemon()
-	eventually(t, 10*time.Second, "the daemon commits the READY sandboxes", func() (bool, string) {
+	eventually(t, "the daemon commits the READY sandboxes", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_allocations", lbl("network", network, "state", "committed"))
 		return v == 4, fmt.Sprintf("committed %v", v)
 	})
@@ -611,7 +629,7 @@ func TestTruncatedStoreSetAsideAndRebuilt(t *testing.T) {
 	// The runtime goes away for a moment; meanwhile the store is cut short.
 	n.cri.SetMode(listFail)
 	c0, _ := d.scrape().get("hostlease_sweeps_total", lbl("result", "cri_error"))
-	eventually(t, 10*time.Second, "a failed sweep", func() (bool, string) {
+	eventually(t, "a failed sweep", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_sweeps_total", lbl("result", "cri_error"))
 		return v >= c0+1, fmt.Sprint(v)
 	})
@@ -629,7 +647,7 @@ func TestTruncatedStoreSetAsideAndRebuilt(t *testing.T) {
 		t.Errorf("the truncated store was not left as evidence: %v %v", fi, err)
 	}
 	c1, _ := d.scrape().get("hostlease_sweeps_total", lbl("result", "cri_error"))
-	eventually(t, 10*time.Second, "2 more failed sweeps", func() (bool, string) {
+	eventually(t, "2 more failed sweeps", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_sweeps_total", lbl("result", "cri_error"))
 		return v >= c1+2, fmt.Sprint(v)
 	})
@@ -638,7 +656,7 @@ func TestTruncatedStoreSetAsideAndRebuilt(t *testing.T) {
 	}
 
 	n.cri.SetMode(listNormal)
-	eventually(t, 10*time.Second, "the store rebuilt", func() (bool, string) {
+	eventually(t, "the store rebuilt", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_stores_rebuilt_total", netLabel)
 		return v == 1, fmt.Sprintf("hostlease_stores_rebuilt_total %v", v)
 	})
@@ -681,7 +699,7 @@ func TestDaemonNeverHoldsStoreOpen(t *testing.T) {
 	n := newNode(t, 200)
 	n.add("first")
 	d := n.startDaemon("--interval", "1h")
-	eventually(t, 10*time.Second, "the start sweep read the store", func() (bool, string) {
+	eventually(t, "the start sweep read the store", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_allocations", lbl("network", network, "state", "pending"))
 		return v == 1, fmt.Sprintf("pending %v", v)
 	})
@@ -701,6 +719,10 @@ func TestDaemonNeverHoldsStoreOpen(t *testing.T) {
 	}
 	checkFDs()
 
+	// With an hour between sweeps the daemon sweeps nowhere during the
+	// calls: they wait for no lock of the daemon's, so every one succeeds
+	// (a lock held by the daemon would fail them with error 11).
+	sweepsBefore := d.scrape().sweeps()
 	const workers, pairs = 4, 50
 	var mu sync.Mutex
 	var elapsed []time.Duration
@@ -719,28 +741,61 @@ func TestDaemonNeverHoldsStoreOpen(t *testing.T) {
 				for _, o := range []outcome{n.tryAdd(id), n.del(id)} {
 					mu.Lock()
 					elapsed = append(elapsed, o.Elapsed)
-					if !o.OK() || o.Elapsed > lockTimeout/2 {
-						failures = append(failures, fmt.Sprintf("%s: %s in %s", id, o, o.Elapsed))
+					if !o.OK() {
+						failures = append(failures, fmt.Sprintf("%s: %s", id, o))
 					}
 					mu.Unlock()
+				}
+				if i == pairs/2 && w == 0 {
+					checkFDs() // between sweeps, with calls running
 				}
 			}
 		})
 	}
 	wg.Wait()
 	if len(failures) > 0 {
-		t.Fatalf("%d of %d plugin calls failed or took over half the %s lock timeout, e.g.:\n%s",
-			len(failures), len(elapsed), lockTimeout, strings.Join(failures[:min(5, len(failures))], "\n"))
+		t.Fatalf("%d of %d plugin calls failed, e.g.:\n%s",
+			len(failures), len(elapsed), strings.Join(failures[:min(5, len(failures))], "\n"))
+	}
+	if s := d.scrape().sweeps(); s != sweepsBefore {
+		t.Errorf("the daemon swept during the calls (%v sweeps, was %v); with --interval 1h nothing should trigger one", s, sweepsBefore)
 	}
 	if len(elapsed) != 2*workers*pairs {
 		t.Fatalf("%d plugin calls ran, want %d", len(elapsed), 2*workers*pairs)
 	}
 	slices.Sort(elapsed)
-	t.Logf("timing: %d plugin calls beside the daemon: p50 %s, p99 %s, max %s", len(elapsed),
+	t.Logf("informational: %d plugin calls beside the daemon: p50 %s, p99 %s, max %s", len(elapsed),
 		elapsed[len(elapsed)/2].Round(time.Millisecond), elapsed[len(elapsed)*99/100].Round(time.Millisecond), elapsed[len(elapsed)-1].Round(time.Millisecond))
 	d.alive()
 	checkFDs()
 	if recs := n.records(); len(recs) != 1 {
 		t.Errorf("after 200 ADD/DEL pairs: %d records, want only the first", len(recs))
+	}
+}
+
+// checkReclaimedAfter checks, in the daemon's log, that the first sweep (its
+// trigger given) finished having reclaimed firstReclaimed addresses and that
+// all want "reclaimed address" lines come after that sweep's line.
+func checkReclaimedAfter(t *testing.T, d *daemon, trigger string, firstReclaimed float64, want int) {
+	t.Helper()
+	first, reclaims := -1, 0
+	for i, e := range d.logs.sequence() {
+		switch e["msg"] {
+		case "sweep finished":
+			if first < 0 {
+				first = i
+				if e["trigger"] != trigger || e["reclaimed"] != firstReclaimed {
+					t.Errorf("first sweep logged %v, want trigger %s having reclaimed %v", e, trigger, firstReclaimed)
+				}
+			}
+		case "reclaimed address":
+			if first < 0 {
+				t.Errorf("reclaim %v logged before the first sweep finished", e)
+			}
+			reclaims++
+		}
+	}
+	if first < 0 || reclaims != want {
+		t.Errorf("daemon log: first sweep at line %d, %d reclaims, want a finished %s sweep then %d reclaims", first, reclaims, trigger, want)
 	}
 }

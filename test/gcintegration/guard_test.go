@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hostlease/hostlease/pkg/gc"
 )
@@ -42,7 +41,7 @@ func TestWrongSocketReclaimsNothing(t *testing.T) {
 	n.cri.Ready("someone-elses-sandbox", netip.MustParseAddr("192.168.200.7"))
 
 	d := n.startDaemon(defaultGuard...)
-	eventually(t, 30*time.Second, "the guard tripped on 3 sweeps", func() (bool, string) {
+	eventually(t, "the guard tripped on 3 sweeps", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_reclaim_guard_tripped_total", netLabel)
 		return v >= 3, fmt.Sprintf("hostlease_reclaim_guard_tripped_total %v", v)
 	})
@@ -80,7 +79,7 @@ func TestGuardLetsLoneLeakGo(t *testing.T) {
 	n.cri.Ready("live", live)
 	n.add("leak")
 	d := n.startDaemon(defaultGuard...)
-	eventually(t, 15*time.Second, "the lone leak reclaimed", func() (bool, string) {
+	eventually(t, "the lone leak reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "sandbox_absent")
 		return v == 1, fmt.Sprintf("reclaims %v", v)
 	})
