@@ -20,6 +20,7 @@ import (
 
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -185,9 +186,16 @@ func (n *testNet) records(t *testing.T) []*allocator.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []*allocator.Record
-	if err := json.Unmarshal(out, &recs); err != nil {
-		t.Fatalf("hostlease-gc list -o json: %v\n%s", err, out)
+	list, damaged, err := gc.DecodeList(out)
+	if err != nil {
+		t.Fatalf("hostlease-gc list -o json does not decode into its rows: %v\n%s", err, out)
+	}
+	if len(damaged) != 0 {
+		t.Fatalf("hostlease-gc list -o json: damaged records %+v", damaged)
+	}
+	recs := make([]*allocator.Record, len(list))
+	for i := range list {
+		recs[i] = &list[i]
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].IP.Less(recs[j].IP) })
 	return recs
@@ -202,38 +210,36 @@ func byIP(recs []*allocator.Record) map[string]*allocator.Record {
 	return m
 }
 
-// poolRow is one line of `hostlease-gc status -o json`.
-type poolRow struct {
-	Network     string  `json:"network"`
-	RangeSet    int     `json:"rangeSet"`
-	Ranges      string  `json:"ranges"`
-	Size        float64 `json:"size"`
-	Used        int     `json:"used"`
-	Free        float64 `json:"free"`
-	Pending     int     `json:"pending"`
-	Candidates  int     `json:"leakCandidates"`
-	Exhaustions uint64  `json:"exhaustions"`
-	Error       string  `json:"error,omitempty"`
+// pool is one range set of a network, as `hostlease-gc status -o json` shows
+// it, with its sizes as numbers.
+type pool struct {
+	gc.PoolRow
+	Size, Free float64
 }
 
 // pool returns the network's range set 0 from `hostlease-gc status -o json`.
-func (n *testNet) pool(t *testing.T) poolRow {
+func (n *testNet) pool(t *testing.T) pool {
 	t.Helper()
 	out, err := n.env.GC("status", "-o", "json", "--data-dir", n.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []poolRow
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("hostlease-gc status -o json: %v\n%s", err, out)
+	rows, err := gc.DecodeRows[gc.PoolRow](out)
+	if err != nil {
+		t.Fatalf("hostlease-gc status -o json does not decode into its rows: %v\n%s", err, out)
 	}
 	for _, r := range rows {
 		if r.Network == n.Network && r.RangeSet == 0 {
-			return r
+			size, err1 := r.Size.Float64()
+			free, err2 := r.Free.Float64()
+			if err1 != nil || err2 != nil {
+				t.Fatalf("hostlease-gc status: size %q free %q are not numbers", r.Size, r.Free)
+			}
+			return pool{PoolRow: r, Size: size, Free: free}
 		}
 	}
 	t.Fatalf("hostlease-gc status has no range set 0 for %s: %s", n.Network, out)
-	return poolRow{}
+	return pool{}
 }
 
 // audit reads the store's audit log (the CLI has no view of it) with a short

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -17,28 +16,30 @@ import (
 
 	"github.com/hostlease/hostlease/internal/fakecri"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 // listEntry is one element of `list -o json`: a record, or a damaged record
 // (state "damaged" with its decode error).
+// listEntry is one entry of `list -o json`: a record or a damaged record.
 type listEntry struct {
-	IP          netip.Addr `json:"ip"`
-	ContainerID string     `json:"containerID"`
-	State       string     `json:"state"`
-	Source      string     `json:"source"`
-	Error       string     `json:"error"`
+	ContainerID, State, Source, Error string
 }
 
 func listJSON(t *testing.T, dataDir string) (map[netip.Addr]listEntry, int) {
 	t.Helper()
 	r := gcExec(t, "list", "--data-dir", dataDir, "-o", "json")
-	var entries []listEntry
-	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
-		t.Fatalf("list -o json is not JSON: %v\n%s", err, r)
+	recs, damaged, err := gc.DecodeList([]byte(r.stdout))
+	if err != nil {
+		t.Fatalf("list -o json does not decode into its rows: %v\n%s", err, r)
 	}
 	m := map[netip.Addr]listEntry{}
-	for _, e := range entries {
-		m[e.IP] = e
+	for _, rec := range recs {
+		m[rec.IP] = listEntry{ContainerID: rec.ContainerID, State: string(rec.State), Source: rec.Source}
+	}
+	for _, d := range damaged {
+		ip, _ := netip.ParseAddr(d.IP) // "" (a damaged key) is the zero address
+		m[ip] = listEntry{ContainerID: d.ContainerID, State: d.State, Error: d.Error}
 	}
 	return m, r.code
 }
@@ -78,8 +79,8 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 		t.Errorf("status with a damaged record: want exit %d and a DAMAGED row for %s\n%s", exitDamaged, b, r)
 	}
 	r = gcExec(t, "status", "--data-dir", dataDir, "-o", "json")
-	var pools []poolRow
-	if err := json.Unmarshal([]byte(r.stdout), &pools); err != nil || r.code != exitDamaged {
+	pools, err := gc.DecodeRows[gc.PoolRow]([]byte(r.stdout))
+	if err != nil || r.code != exitDamaged {
 		t.Fatalf("status -o json: %v\n%s", err, r)
 	}
 	if len(pools) != 2 || pools[0].Damaged != 1 || pools[0].Used != 3 || pools[1].IP != b.String() || pools[1].Damage == "" {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 // cli runs hostlease-gc in-process and returns stdout, stderr and the exit code.
@@ -115,9 +116,9 @@ func (f *fixture) records(t *testing.T, network string) map[netip.Addr]allocator
 	if code != 0 {
 		t.Fatalf("list: exit %d: %s", code, errOut)
 	}
-	var recs []allocator.Record
-	if err := json.Unmarshal([]byte(out), &recs); err != nil {
-		t.Fatalf("list -o json is not JSON: %v\n%s", err, out)
+	recs, _, err := gc.DecodeList([]byte(out))
+	if err != nil {
+		t.Fatalf("list -o json does not decode into its rows: %v\n%s", err, out)
 	}
 	m := map[netip.Addr]allocator.Record{}
 	for _, r := range recs {
@@ -201,9 +202,9 @@ func TestStatusTableAndJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status -o json: exit %d: %s", code, errOut)
 	}
-	var pools []poolRow
-	if err := json.Unmarshal([]byte(out), &pools); err != nil {
-		t.Fatalf("status -o json is not JSON: %v\n%s", err, out)
+	pools, err := gc.DecodeRows[gc.PoolRow]([]byte(out))
+	if err != nil {
+		t.Fatalf("status -o json does not decode into its rows: %v\n%s", err, out)
 	}
 	if len(pools) != 3 || pools[0].Network != "alpha" || pools[0].Size != "11" || pools[0].Used != 3 || pools[0].Free != "8" ||
 		pools[2].Network != "beta" || pools[2].RangeSet != 1 || pools[2].Size != "17" || pools[2].Free != "16" {

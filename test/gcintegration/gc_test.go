@@ -45,7 +45,7 @@ func TestLeakedAddressesReclaimedAfterMisses(t *testing.T) {
 		ips[id] = n.add(id)
 	}
 	added := time.Now()
-	if p := n.pool(); p.Size != 8 || p.Used != 3 || p.Free != 5 || p.Pending != 3 {
+	if p := n.pool(); p.Size != "8" || p.Used != 3 || p.Free != "5" || p.Pending != 3 {
 		t.Fatalf("before the daemon: status %+v, want size 8, used 3, free 5, pending 3", p)
 	}
 
@@ -59,7 +59,7 @@ func TestLeakedAddressesReclaimedAfterMisses(t *testing.T) {
 	if recs := n.records(); len(recs) != 0 {
 		t.Errorf("after reclaim: list shows %d records, want none: %v", len(recs), recs)
 	}
-	if p := n.pool(); p.Size != 8 || p.Used != 0 || p.Free != 8 || p.Pending != 0 || p.Candidates != 0 {
+	if p := n.pool(); p.Size != "8" || p.Used != 0 || p.Free != "8" || p.Pending != 0 || p.LeakCandidates != 0 {
 		t.Errorf("after reclaim: status %+v, want the pool full again (size 8, free 8)", p)
 	}
 	m := d.scrape()
@@ -188,7 +188,7 @@ func TestLiveAndStaleNeverReclaimed(t *testing.T) {
 	if evs := reclaimEvents(n.audit()); len(evs) != 1 || !evs["leak"].IP.IsValid() {
 		t.Errorf("audit reclaims %v, want only the leak's", evs)
 	}
-	if p := n.pool(); p.Used != 4 || p.Free != 4 || p.Pending != 2 {
+	if p := n.pool(); p.Used != 4 || p.Free != "4" || p.Pending != 2 {
 		t.Errorf("status %+v, want used 4, free 4, pending 2", p)
 	}
 }
@@ -238,8 +238,8 @@ func TestInFlightAllocationKeptUntilMinAge(t *testing.T) {
 	// The operator asks why it stays.
 	policy := []string{"--misses", "2", "--grace", "0s", "--netns-grace", "0s"}
 	rows := n.leaksJSON(append(policy, "--min-age", "30s")...)
-	if len(rows) != 1 || rows[0]["sandbox"] != "inflight" || rows[0]["reason"] != "in_flight" || rows[0]["verdict"] != "keep" ||
-		!strings.Contains(rows[0]["detail"], "--min-age 30s") {
+	if len(rows) != 1 || rows[0].Sandbox != "inflight" || rows[0].Reason != "in_flight" || rows[0].Verdict != "keep" ||
+		!strings.Contains(rows[0].Detail, "--min-age 30s") {
 		t.Errorf("hostlease-gc leaks: %v, want inflight kept as in_flight, explaining --min-age 30s", rows)
 	}
 	out, _, code := gcCLI(t, "leaks", "--cri-endpoint", n.cri.Endpoint(), "--data-dir", n.dataDir, "--netns-dir", n.netnsDir,
@@ -249,7 +249,7 @@ func TestInFlightAllocationKeptUntilMinAge(t *testing.T) {
 	}
 	// With a lower --min-age the same record would go: leaks tells the two apart.
 	rows = n.leaksJSON(append(policy, "--min-age", "0s")...)
-	if len(rows) != 1 || rows[0]["verdict"] != "reclaim" || rows[0]["reason"] != "sandbox_absent" {
+	if len(rows) != 1 || rows[0].Verdict != "reclaim" || rows[0].Reason != "sandbox_absent" {
 		t.Errorf("hostlease-gc leaks --min-age 0s: %v, want inflight to be reclaimed as sandbox_absent", rows)
 	}
 	if _, ok := n.records()["inflight"]; !ok {
@@ -481,7 +481,7 @@ func TestMassReclaimGuard(t *testing.T) {
 		t.Errorf("daemon log: %v, want an ERROR naming 3 addresses", alerts)
 	}
 	rows := n.leaksJSON("--misses", "2", "--grace", "0s", "--min-age", "0s", "--max-reclaim-fraction", "0.25")
-	if len(rows) != 3 || rows[0]["reason"] != "guarded" || !strings.Contains(rows[0]["detail"], "would reclaim 3 of the 3 records") {
+	if len(rows) != 3 || rows[0].Reason != "guarded" || !strings.Contains(rows[0].Detail, "would reclaim 3 of the 3 records") {
 		t.Errorf("hostlease-gc leaks: %v, want 3 rows explaining the guard", rows)
 	}
 
@@ -495,7 +495,7 @@ func TestMassReclaimGuard(t *testing.T) {
 	if v := d2.scrape().value(t, "hostlease_reclaim_guard_tripped_total", netLabel); v != 0 {
 		t.Errorf("after raising the limit the guard still tripped %v times", v)
 	}
-	if p := n.pool(); p.Free != 8 {
+	if p := n.pool(); p.Free != "8" {
 		t.Errorf("status %+v, want the pool full", p)
 	}
 }
@@ -518,7 +518,7 @@ func TestExhaustionKicksImmediateSweep(t *testing.T) {
 			t.Fatalf("%s: %d misses after the start sweep, want 1", id, r.Obs.Misses)
 		}
 	}
-	if p := n.pool(); p.Free != 0 {
+	if p := n.pool(); p.Free != "0" {
 		t.Fatalf("status %+v, want the pool full of leaks", p)
 	}
 
@@ -558,7 +558,7 @@ func TestExhaustionKicksImmediateSweep(t *testing.T) {
 	if at := time.Unix(0, int64(last*1e9)); at.Before(addStart.Add(-time.Microsecond)) || at.After(failedAt.Add(time.Microsecond)) {
 		t.Errorf("hostlease_last_exhaustion_timestamp_seconds = %s, want between the failed ADD's start %s and end %s", at, addStart, failedAt)
 	}
-	if p := n.pool(); p.Exhausted != 1 || p.Free != 4 {
+	if p := n.pool(); p.Exhaustions != 1 || p.Free != "4" {
 		t.Errorf("status %+v, want 1 exhaustion and a free pool", p)
 	}
 	if ip := n.add("new-0"); !ip.IsValid() {
@@ -686,7 +686,7 @@ func TestTruncatedStoreSetAsideAndRebuilt(t *testing.T) {
 			t.Errorf("ADD after the rebuild got %s, which READY sandbox %s holds", ip, id)
 		}
 	}
-	if p := n.pool(); p.Size != 8 || p.Used != 4 {
+	if p := n.pool(); p.Size != "8" || p.Used != 4 {
 		t.Errorf("status after rebuild and ADD: %+v, want size 8, used 4", p)
 	}
 }

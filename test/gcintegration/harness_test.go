@@ -30,6 +30,7 @@ import (
 	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 var binDir string
@@ -210,8 +211,9 @@ func (n *node) records() map[string]allocator.Record {
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc list: exit %d: %s", code, errOut)
 	}
-	var recs []allocator.Record
-	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+	// A store with damaged records makes list exit non-zero (above).
+	recs, _, err := gc.DecodeList([]byte(out))
+	if err != nil {
 		n.t.Fatalf("hostlease-gc list -o json: %v\n%s", err, out)
 	}
 	m := map[string]allocator.Record{}
@@ -221,28 +223,15 @@ func (n *node) records() map[string]allocator.Record {
 	return m
 }
 
-// poolRow is one row of `hostlease-gc status -o json`.
-type poolRow struct {
-	Network    string  `json:"network"`
-	RangeSet   int     `json:"rangeSet"`
-	Size       float64 `json:"size"`
-	Used       int     `json:"used"`
-	Free       float64 `json:"free"`
-	Pending    int     `json:"pending"`
-	Candidates int     `json:"leakCandidates"`
-	Exhausted  uint64  `json:"exhaustions"`
-	Error      string  `json:"error"`
-}
-
 // pool reads the network's only range set with `hostlease-gc status -o json`.
-func (n *node) pool() poolRow {
+func (n *node) pool() gc.PoolRow {
 	n.t.Helper()
 	out, errOut, code := gcCLI(n.t, "status", "--data-dir", n.dataDir, "-o", "json")
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc status: exit %d: %s", code, errOut)
 	}
-	var rows []poolRow
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	rows, err := gc.DecodeRows[gc.PoolRow]([]byte(out))
+	if err != nil {
 		n.t.Fatalf("hostlease-gc status -o json: %v\n%s", err, out)
 	}
 	if len(rows) != 1 || rows[0].Network != network {
@@ -270,15 +259,15 @@ func (n *node) audit() []allocator.AuditEvent {
 }
 
 // leaksJSON runs `hostlease-gc leaks -o json` with the daemon's policy flags.
-func (n *node) leaksJSON(policy ...string) []map[string]string {
+func (n *node) leaksJSON(policy ...string) []gc.LeakRow {
 	n.t.Helper()
 	args := append([]string{"leaks", "--cri-endpoint", n.cri.Endpoint(), "--data-dir", n.dataDir, "--netns-dir", n.netnsDir, "--no-api", "-o", "json"}, policy...)
 	out, errOut, code := gcCLI(n.t, args...)
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc leaks: exit %d: %s", code, errOut)
 	}
-	var rows []map[string]string
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	rows, err := gc.DecodeRows[gc.LeakRow]([]byte(out))
+	if err != nil {
 		n.t.Fatalf("hostlease-gc leaks -o json: %v\n%s", err, out)
 	}
 	return rows

@@ -39,7 +39,7 @@ func TestUnrecordedLiveAddressReReserved(t *testing.T) {
 		ip, _ := resultIP(o.Stdout)
 		t.Fatalf("ADD on a pool whose every address is in use succeeded with %s", ip)
 	}
-	if p := n.pool(); p.Used != 3 || p.Free != 0 {
+	if p := n.pool(); p.Used != 3 || p.Free != "0" {
 		t.Fatalf("status %+v, want 3 used 0 free", p)
 	}
 }
