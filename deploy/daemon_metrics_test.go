@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -25,11 +26,8 @@ func TestMetricNamesInRunningDaemon(t *testing.T) {
 		t.Skip("builds and runs the binaries")
 	}
 	bin := t.TempDir()
-	for pkg, name := range map[string]string{"../cmd/ipam": "hostlease", "../cmd/ipam-gc": "hostlease-gc"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	if err := testbin.Build(bin, map[string]string{"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC}); err != nil {
+		t.Fatal(err)
 	}
 	data := t.TempDir()
 	conf := `{"cniVersion":"1.1.0","name":"metrics-net","type":"bridge","ipam":{"type":"hostlease","dataDir":"` + data +
