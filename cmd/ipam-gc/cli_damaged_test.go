@@ -20,8 +20,7 @@ import (
 )
 
 // listEntry is one element of `list -o json`: a record, or a damaged record
-// (state "damaged" with its decode error).
-// listEntry is one entry of `list -o json`: a record or a damaged record.
+// (state "damaged" with its decode error), as these tests look at it.
 type listEntry struct {
 	ContainerID, State, Source, Error string
 }
@@ -300,5 +299,48 @@ func TestRebuildPageDamagedStore(t *testing.T) {
 	got := add(t, n, "after-rebuild")[0]
 	if slices.Contains(all, got) {
 		t.Errorf("ADD after rebuild --force returned %s, held before the damage", got)
+	}
+}
+
+func TestRebuildRefusesReadableStore(t *testing.T) {
+	f := newFixture(t)
+	path := allocator.StorePath(f.dir, "alpha")
+	before, _ := os.ReadFile(path)
+	_, errOut, code := cli(t, "rebuild", "--data-dir", f.dir, "--network", "alpha", "--cri-endpoint", "unix:///nonexistent/cri.sock")
+	if code != 1 || !strings.Contains(errOut, "is readable (3 records); pass --force") {
+		t.Errorf("rebuild of a readable store: exit %d %q, want 1 asking for --force", code, errOut)
+	}
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Errorf("a refused rebuild changed the store")
+	}
+	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 0 {
+		t.Errorf("a refused rebuild set the store aside: %v", m)
+	}
+
+	// An unreadable store is not rebuilt without an answer from CRI.
+	if err := os.Truncate(path, 8192); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = cli(t, "rebuild", "--data-dir", f.dir, "--network", "alpha", "--cri-endpoint", "unix://"+filepath.Join(t.TempDir(), "none.sock"))
+	if code != 1 || !strings.Contains(errOut, "not rebuilding: ListPodSandbox") {
+		t.Errorf("rebuild without CRI: exit %d %q", code, errOut)
+	}
+	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 0 {
+		t.Errorf("a failed rebuild set the store aside: %v", m)
+	}
+	// list and status name the broken store instead of failing silently.
+	if _, errOut, code := cli(t, "list", "--data-dir", f.dir); code != 1 || !strings.Contains(errOut, "network alpha") || !strings.Contains(errOut, "truncated") {
+		t.Errorf("list with a truncated store: exit %d %q", code, errOut)
+	}
+	if err := os.Truncate(allocator.StorePath(f.dir, "beta"), 8192); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := cli(t, "list", "--data-dir", f.dir); code != 1 || !strings.Contains(errOut, "network beta") || !strings.Contains(errOut, "2 store(s) could not be read") {
+		t.Errorf("list with two truncated stores: exit %d %q, want both named and counted", code, errOut)
+	}
+	out, _, _ := cli(t, "status", "--data-dir", f.dir)
+	if !strings.Contains(out, "alpha") || !strings.Contains(out, "ERROR: store unreadable") {
+		t.Errorf("status with a truncated store:\n%s", out)
 	}
 }
