@@ -71,22 +71,8 @@ var binDir string
 func pluginBin() string { return filepath.Join(binDir, "hostlease") }
 func gcBin() string     { return filepath.Join(binDir, "hostlease-gc") }
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	flag.Parse()
-	dir, err := testbin.BuildTemp("hostlease-faultinject-bin-", map[string]string{
-		"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC,
-	})
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "faultinject: building binaries:", err)
-		return 1
-	}
-	binDir = dir
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testbin.Main(m, "faultinject", map[string]string{"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC}, &binDir))
 }
 
 // outcome is what one plugin process did.
@@ -265,9 +251,9 @@ func startDaemon(t testing.TB, wrap func(*exec.Cmd), flags ...string) *daemon {
 	case <-d.done:
 		d.stop()
 		t.Fatalf("hostlease-gc %s exited at start: %v\n%s", strings.Join(d.args, " "), d.cmd.ProcessState, strings.Join(d.log(), "\n"))
-	case <-time.After(30 * time.Second):
+	case <-time.After(hangGuard):
 		d.stop()
-		t.Fatalf("hostlease-gc run did not serve metrics within 30s\n%s", strings.Join(d.log(), "\n"))
+		t.Fatalf("hung: hostlease-gc run did not serve metrics within the %s hang guard\n%s", hangGuard, strings.Join(d.log(), "\n"))
 	}
 	return d
 }
@@ -287,7 +273,7 @@ func (d *daemon) stop() {
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-d.done:
-		case <-time.After(20 * time.Second):
+		case <-time.After(hangGuard):
 			_ = d.cmd.Process.Kill()
 			<-d.done
 		}
@@ -308,13 +294,17 @@ func (d *daemon) scrape() []promtext.Sample {
 	return samples
 }
 
+// hangGuard bounds every wait on the daemon: a guard against a hung test,
+// not an assertion (nothing here asserts how fast anything happens).
+const hangGuard = 2 * time.Minute
+
 // waitFor polls cond until it holds; the deadline is a hang guard.
 func (d *daemon) waitFor(what string, cond func() bool) {
 	d.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !cond(); {
+	for deadline := time.Now().Add(hangGuard); !cond(); {
 		if time.Now().After(deadline) {
 			d.stop()
-			d.t.Fatalf("hostlease-gc: %s: not within 60s\n%s", what, strings.Join(d.log(), "\n"))
+			d.t.Fatalf("hung: hostlease-gc: %s did not happen within the %s hang guard\n%s", what, hangGuard, strings.Join(d.log(), "\n"))
 		}
 		select {
 		case <-d.done:

@@ -38,21 +38,8 @@ var binDir string
 func pluginBin() string { return filepath.Join(binDir, "hostlease") }
 func gcBin() string     { return filepath.Join(binDir, "hostlease-gc") }
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	dir, err := testbin.BuildTemp("hostlease-gcintegration-bin-", map[string]string{
-		"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC,
-	})
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gcintegration: building binaries:", err)
-		return 1
-	}
-	binDir = dir
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testbin.Main(m, "gcintegration", map[string]string{"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC}, &binDir))
 }
 
 // ---------------------------------------------------------------------------
