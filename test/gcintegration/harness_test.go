@@ -154,18 +154,7 @@ func (n *node) commitMarker(id string) {
 	}
 }
 
-func resultIP(stdout []byte) (netip.Addr, error) {
-	var res struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	}
-	if err := json.Unmarshal(stdout, &res); err != nil || len(res.IPs) != 1 {
-		return netip.Addr{}, fmt.Errorf("result %q: want one address (%v)", stdout, err)
-	}
-	p, err := netip.ParsePrefix(res.IPs[0].Address)
-	return p.Addr(), err
-}
+func resultIP(stdout []byte) (netip.Addr, error) { return cniexec.ResultIP(stdout) }
 
 // ---------------------------------------------------------------------------
 // The CLI, as an operator runs it.

@@ -91,25 +91,7 @@ func runPlugin(ctx context.Context, c call, conf []byte) outcome {
 }
 
 // resultIPs decodes the addresses of a CNI result.
-func resultIPs(stdout []byte) ([]netip.Prefix, error) {
-	var res struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	}
-	if err := json.Unmarshal(stdout, &res); err != nil {
-		return nil, fmt.Errorf("result %q: %w", stdout, err)
-	}
-	var out []netip.Prefix
-	for _, ip := range res.IPs {
-		p, err := netip.ParsePrefix(ip.Address)
-		if err != nil {
-			return nil, fmt.Errorf("result %q: %w", stdout, err)
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
+func resultIPs(stdout []byte) ([]netip.Prefix, error) { return cniexec.ResultIPs(stdout) }
 
 // ipamConf is the config a bridge plugin hands its IPAM plugin (its own
 // stdin): top-level bridge keys plus the hostlease ipam section.
