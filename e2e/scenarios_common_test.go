@@ -93,7 +93,7 @@ func newNet(t *testing.T, env *harness.Env, o netOpts) *testNet {
 	}
 	n.File = "10-" + n.Network + ".conflist"
 	env.WriteConflist(n.File, n.conflist())
-	env.WaitNetworkReady(n.Network, 30*time.Second)
+	env.WaitNetworkReady(n.Network, hangGuard)
 	return n
 }
 
@@ -291,11 +291,11 @@ func (n *testNet) reclaims(t *testing.T) []allocator.AuditEvent {
 }
 
 // waitReclaims waits until the audit log holds exactly want reclaims (more
-// fails at once) and returns them; timeout is a hang guard.
-func (n *testNet) waitReclaims(t *testing.T, want int, timeout time.Duration, why func() string) []allocator.AuditEvent {
+// fails at once) and returns them.
+func (n *testNet) waitReclaims(t *testing.T, want int, why func() string) []allocator.AuditEvent {
 	t.Helper()
 	var evs []allocator.AuditEvent
-	waitFor(t, timeout, fmt.Sprintf("%d reclaims in the audit log", want), func() (bool, string) {
+	waitFor(t, fmt.Sprintf("%d reclaims in the audit log", want), func() (bool, string) {
 		evs = n.reclaims(t)
 		if len(evs) > want {
 			t.Fatalf("the audit log holds %d reclaims, more than the %d leaks: %+v", len(evs), want, evs)
@@ -308,10 +308,10 @@ func (n *testNet) waitReclaims(t *testing.T, want int, timeout time.Duration, wh
 // waitEvents waits until the daemon's log holds at least want records with
 // message msg and returns them: the log is written after the store, so a
 // test that narrates the daemon's log lines waits for them here.
-func waitEvents(t *testing.T, d *harness.Daemon, msg string, want int, timeout time.Duration) []map[string]any {
+func waitEvents(t *testing.T, d *harness.Daemon, msg string, want int) []map[string]any {
 	t.Helper()
 	var evs []map[string]any
-	waitFor(t, timeout, fmt.Sprintf("%d %q lines in hostlease-gc's log", want, msg), func() (bool, string) {
+	waitFor(t, fmt.Sprintf("%d %q lines in hostlease-gc's log", want, msg), func() (bool, string) {
 		evs = d.Events(msg)
 		return len(evs) >= want, d.LogTail(5)
 	})
@@ -320,10 +320,10 @@ func waitEvents(t *testing.T, d *harness.Daemon, msg string, want int, timeout t
 
 // waitMetrics waits until cond holds for a scrape and returns that scrape:
 // the daemon updates its metrics at the end of a sweep, after the store.
-func waitMetrics(t *testing.T, d *harness.Daemon, timeout time.Duration, what string, cond func(harness.MetricSet) bool) harness.MetricSet {
+func waitMetrics(t *testing.T, d *harness.Daemon, what string, cond func(harness.MetricSet) bool) harness.MetricSet {
 	t.Helper()
 	var m harness.MetricSet
-	waitFor(t, timeout, what, func() (bool, string) {
+	waitFor(t, what, func() (bool, string) {
 		m = metrics(t, d)
 		return cond(m), m.Raw
 	})
@@ -453,19 +453,25 @@ func (n *testNet) execPlugin(t *testing.T, verb, containerID, netns string) (str
 	return string(out), err
 }
 
+// hangGuard bounds every wait of these scenarios: a guard against a hung
+// test, not an assertion. What a scenario asserts is that events happen and
+// in which order (audit log, daemon log, metrics), never how fast.
+const hangGuard = 3 * time.Minute
+
 // waitFor polls cond every 50ms until it holds and returns how long that
-// took; after timeout it fails the test with what cond last said.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+// took (for the narration only); if cond does not hold within hangGuard the
+// test fails as hung with what cond last said.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(timeout)
+	deadline := start.Add(hangGuard)
 	for {
 		ok, last := cond()
 		if ok {
 			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached after %v; last: %s", what, timeout, last)
+			t.Fatalf("hung: %s did not happen within the %v hang guard; last: %s", what, hangGuard, last)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
