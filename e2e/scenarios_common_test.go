@@ -242,8 +242,8 @@ func (n *testNet) pool(t *testing.T) pool {
 	return pool{}
 }
 
-// audit reads the store's audit log (the CLI has no view of it) with a short
-// read-only open, as the daemon does.
+// audit reads the network's audit log, oldest first, through
+// `hostlease-gc audit -o json` (a short read-only open, as the daemon does).
 func (n *testNet) audit(t *testing.T) []allocator.AuditEvent {
 	t.Helper()
 	evs, err := n.readAudit()
@@ -256,18 +256,19 @@ func (n *testNet) audit(t *testing.T) []allocator.AuditEvent {
 // readAudit is audit returning the error, for polling a store that may be
 // being created.
 func (n *testNet) readAudit() ([]allocator.AuditEvent, error) {
-	s, err := allocator.Open(n.StorePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	out, err := n.env.GC("audit", "-o", "json", "--limit", "100000", "--data-dir", n.DataDir, "--network", n.Network)
 	if err != nil {
-		return nil, fmt.Errorf("open store for its audit log: %w", err)
+		return nil, err
 	}
-	defer s.Close()
-	var evs []allocator.AuditEvent
-	err = s.View(func(tx *allocator.Tx) error {
-		var err error
-		evs, err = tx.AuditLog(10000)
-		return err
-	})
-	return evs, err
+	rows, err := gc.DecodeRows[gc.AuditRow](out)
+	if err != nil {
+		return nil, fmt.Errorf("hostlease-gc audit -o json does not decode into its rows: %w\n%s", err, out)
+	}
+	evs := make([]allocator.AuditEvent, len(rows))
+	for i, r := range rows {
+		evs[i] = r.AuditEvent
+	}
+	return evs, nil
 }
 
 // auditReason is the reason code of an audit event ("netns_gone" of

@@ -216,20 +216,21 @@ func (n *node) pool() gc.PoolRow {
 	return rows[0]
 }
 
-// audit reads the store's audit log.
+// audit reads the network's audit log, oldest first, with
+// `hostlease-gc audit -o json`.
 func (n *node) audit() []allocator.AuditEvent {
 	n.t.Helper()
-	st, err := allocator.Open(n.storePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: lockTimeout})
-	if err != nil {
-		n.t.Fatalf("opening store for its audit log: %v", err)
+	out, errOut, code := gcCLI(n.t, "audit", "--data-dir", n.dataDir, "--network", network, "--limit", "100000", "-o", "json")
+	if code != 0 {
+		n.t.Fatalf("hostlease-gc audit: exit %d: %s", code, errOut)
 	}
-	defer st.Close()
-	var evs []allocator.AuditEvent
-	if err := st.View(func(tx *allocator.Tx) (err error) {
-		evs, err = tx.AuditLog(10000)
-		return err
-	}); err != nil {
-		n.t.Fatalf("audit log: %v", err)
+	rows, err := gc.DecodeRows[gc.AuditRow]([]byte(out))
+	if err != nil {
+		n.t.Fatalf("hostlease-gc audit -o json: %v\n%s", err, out)
+	}
+	evs := make([]allocator.AuditEvent, len(rows))
+	for i, r := range rows {
+		evs[i] = r.AuditEvent
 	}
 	return evs
 }
