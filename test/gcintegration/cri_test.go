@@ -59,7 +59,7 @@ func TestCRIUnusableReclaimsNothing(t *testing.T) {
 	if v := m.value(t, "hostlease_sweeps_total", lbl("result", "ok")); v != 0 {
 		t.Errorf("list failing: %v ok sweeps", v)
 	}
-	if code, _, _ := d.get("/readyz"); code != http.StatusServiceUnavailable {
+	if code, _, _ := d.Get("/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("list failing: /readyz %d, want 503 (no sweep has reached CRI)", code)
 	}
 	intact("list failing")
@@ -140,7 +140,7 @@ func TestCRIUnusableReclaimsNothing(t *testing.T) {
 	if v := d.scrape().value(t, "hostlease_cri_up", nil); v != 1 {
 		t.Errorf("CRI recovered: hostlease_cri_up = %v, want 1", v)
 	}
-	if code, _, _ := d.get("/readyz"); code != http.StatusOK {
+	if code, _, _ := d.Get("/readyz"); code != http.StatusOK {
 		t.Errorf("CRI recovered: /readyz %d, want 200", code)
 	}
 }

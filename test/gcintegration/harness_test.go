@@ -8,25 +8,21 @@
 package gcintegration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hostlease/hostlease/internal/cniexec"
+	"github.com/hostlease/hostlease/internal/gcproc"
 	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
@@ -253,13 +249,11 @@ func (n *node) leaksJSON(policy ...string) []gc.LeakRow {
 // ---------------------------------------------------------------------------
 // The daemon process.
 
+// daemon is one test's `hostlease-gc run` process (internal/gcproc).
 type daemon struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	addr    string // where /metrics is served
-	started time.Time
-	done    chan struct{} // closed when the process has exited
-	logs    *logSink
+	*gcproc.Daemon
+	t    *testing.T
+	logs daemonLog
 }
 
 // baseFlags are the daemon flags every test starts from; extra flags given to
@@ -288,71 +282,18 @@ func (n *node) baseFlags() []string {
 func (n *node) startDaemon(extra ...string) *daemon {
 	t := n.t
 	t.Helper()
-	d := &daemon{t: t, done: make(chan struct{}), logs: &logSink{}}
-	d.cmd = exec.Command(gcBin(), append(n.baseFlags(), extra...)...)
-	// The daemon logs to stderr; stdout is kept too, in case.
-	pr, pw := io.Pipe()
-	d.cmd.Stdout, d.cmd.Stderr = pw, pw
-	addrCh := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			d.logs.add(line)
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving metrics" {
-				if a, ok := m["addr"].(string); ok {
-					select {
-					case addrCh <- a:
-					default:
-					}
-				}
-			}
-		}
-	}()
-	d.started = time.Now()
-	if err := d.cmd.Start(); err != nil {
+	p, err := gcproc.Start(gcBin(), append(n.baseFlags(), extra...), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = d.cmd.Wait()
-		pw.Close()
-		close(d.done)
-	}()
+	d := &daemon{Daemon: p, t: t, logs: daemonLog{p}}
 	t.Cleanup(func() {
-		d.stop()
+		d.Stop()
 		if t.Failed() {
-			t.Logf("hostlease-gc log:\n%s", strings.Join(d.logs.all(), "\n"))
+			t.Logf("hostlease-gc log:\n%s", strings.Join(d.Lines(), "\n"))
 		}
 	})
-	select {
-	case d.addr = <-addrCh:
-	case <-d.done:
-		t.Fatalf("hostlease-gc run exited at start: %v\n%s", d.cmd.ProcessState, strings.Join(d.logs.all(), "\n"))
-	case <-time.After(hangGuard):
-		t.Fatalf("hung: hostlease-gc run did not serve metrics within the %s hang guard\n%s", hangGuard, strings.Join(d.logs.all(), "\n"))
-	}
 	return d
-}
-
-// stop ends the daemon with SIGTERM and waits for it; if it is still running
-// after the hang guard it is killed (SIGKILL) and stop reports killed.
-func (d *daemon) stop() (killed bool) {
-	select {
-	case <-d.done:
-		return false
-	default:
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-		return false
-	case <-time.After(hangGuard):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-		return true
-	}
 }
 
 // stopClean stops the daemon as a DaemonSet rollout does and checks that it
@@ -360,11 +301,11 @@ func (d *daemon) stop() (killed bool) {
 func (d *daemon) stopClean() {
 	d.t.Helper()
 	d.alive()
-	if d.stop() {
-		d.t.Errorf("hung: hostlease-gc still ran %s after SIGTERM and was killed", hangGuard)
+	if d.Stop() {
+		d.t.Errorf("hung: hostlease-gc still ran %s after SIGTERM and was killed", gcproc.HangGuard)
 	}
-	if !d.cmd.ProcessState.Success() {
-		d.t.Errorf("hostlease-gc exited %v on SIGTERM, want status 0", d.cmd.ProcessState)
+	if !d.Cmd.ProcessState.Success() {
+		d.t.Errorf("hostlease-gc exited %v on SIGTERM, want status 0", d.Cmd.ProcessState)
 	}
 }
 
@@ -372,34 +313,18 @@ func (d *daemon) stopClean() {
 func (d *daemon) alive() {
 	d.t.Helper()
 	select {
-	case <-d.done:
-		d.t.Fatalf("hostlease-gc run exited: %v", d.cmd.ProcessState)
+	case <-d.Done():
+		d.t.Fatalf("hostlease-gc run exited: %v", d.Cmd.ProcessState)
 	default:
 	}
-}
-
-// get fetches a path of the daemon's HTTP server.
-func (d *daemon) get(path string) (int, string, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + d.addr + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
 }
 
 // scrape reads /metrics.
 func (d *daemon) scrape() metrics {
 	d.t.Helper()
-	code, body, err := d.get("/metrics")
-	if err != nil || code != http.StatusOK {
-		d.t.Fatalf("GET /metrics: %d %v", code, err)
-	}
-	m, err := parseMetrics(body)
+	m, err := d.Scrape()
 	if err != nil {
-		d.t.Fatalf("parsing /metrics: %v", err)
+		d.t.Fatalf("scraping hostlease-gc: %v", err)
 	}
 	return m
 }
@@ -407,48 +332,12 @@ func (d *daemon) scrape() metrics {
 // sweeps is hostlease_sweeps_total over every result.
 func (m metrics) sweeps() float64 { return m.sum("hostlease_sweeps_total", nil) }
 
-// logSink keeps the daemon's log lines.
-type logSink struct {
-	mu    sync.Mutex
-	lines []string
-}
+// daemonLog is the daemon's JSON log, in the order it was written.
+type daemonLog struct{ p *gcproc.Daemon }
 
-func (l *logSink) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, s)
-}
-
-func (l *logSink) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
-
-// entries returns the JSON log entries with message msg, in the order they
-// were logged.
-func (l *logSink) entries(msg string) []map[string]any {
-	var out []map[string]any
-	for _, m := range l.sequence() {
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// sequence returns every JSON log entry in the order it was logged: the
-// daemon's one log stream orders its events without any clock.
-func (l *logSink) sequence() []map[string]any {
-	var out []map[string]any
-	for _, line := range l.all() {
-		var m map[string]any
-		if json.Unmarshal([]byte(line), &m) == nil {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+func (l daemonLog) all() []string                       { return l.p.Lines() }
+func (l daemonLog) entries(msg string) []map[string]any { return l.p.Entries(msg) }
+func (l daemonLog) sequence() []map[string]any          { return l.p.Sequence() }
 
 // ---------------------------------------------------------------------------
 // Prometheus text format, enough of it for these assertions.
@@ -456,8 +345,6 @@ func (l *logSink) sequence() []map[string]any {
 type sample = promtext.Sample
 
 type metrics []sample
-
-func parseMetrics(text string) (metrics, error) { return promtext.Parse(text) }
 
 // get returns the value of the one series of name whose labels include
 // labels, and whether it exists.
@@ -512,7 +399,7 @@ func (m metrics) value(t *testing.T, name string, labels map[string]string) floa
 // hangGuard bounds every wait in these tests. It is a guard against a hung
 // test, not an assertion: what a test asserts is that an event happens (and
 // in which order), never how fast; it is generous for a loaded machine.
-const hangGuard = 2 * time.Minute
+const hangGuard = gcproc.HangGuard
 
 // eventually polls cond until it holds and returns how long that took (for
 // logs only); cond returns whether it holds and, if not, what it saw. If cond

@@ -101,7 +101,7 @@ func TestLeakedAddressesReclaimedAfterMisses(t *testing.T) {
 	checkReclaimedAfter(t, d, "start", 0, 3)
 	if ev, ok := evs[leaks[0]]; ok {
 		t.Logf("timing: the reclaiming sweep ran %s after the daemon started (interval 200ms, misses 2); seen in the metrics %s after the last ADD",
-			ev.Time.Sub(d.started).Round(time.Millisecond), observed.Round(time.Millisecond))
+			ev.Time.Sub(d.Started).Round(time.Millisecond), observed.Round(time.Millisecond))
 	}
 	logged := map[string]bool{}
 	for _, e := range d.logs.entries("reclaimed address") {

@@ -117,13 +117,13 @@ func TestDaemonNeverHoldsStoreOpen(t *testing.T) {
 	})
 	checkFDs := func() {
 		t.Helper()
-		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.cmd.Process.Pid))
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.Cmd.Process.Pid))
 		if err != nil {
 			t.Logf("cannot inspect the daemon's descriptors: %v", err)
 			return
 		}
 		for _, fd := range fds {
-			target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", d.cmd.Process.Pid, fd.Name()))
+			target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", d.Cmd.Process.Pid, fd.Name()))
 			if strings.HasPrefix(target, n.dataDir) {
 				t.Errorf("the daemon holds %s open between sweeps (fd %s)", target, fd.Name())
 			}
