@@ -1,16 +1,14 @@
 package deploy_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/hostlease/hostlease/internal/gcproc"
 	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -43,40 +41,13 @@ func TestMetricNamesInRunningDaemon(t *testing.T) {
 		}
 	}
 
-	daemon := exec.Command(filepath.Join(bin, "hostlease-gc"), "run", "--no-api", "--data-dir", data,
-		"--cri-endpoint", "unix://"+filepath.Join(data, "no-runtime.sock"), "--interval", "1h",
-		"--metrics-addr", "127.0.0.1:0", "--log-format", "json")
-	logs, err := daemon.StderrPipe()
+	daemon, err := gcproc.Start(filepath.Join(bin, "hostlease-gc"), []string{"run", "--no-api", "--data-dir", data,
+		"--cri-endpoint", "unix://" + filepath.Join(data, "no-runtime.sock"), "--interval", "1h",
+		"--metrics-addr", "127.0.0.1:0", "--log-format", "json"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = daemon.Process.Kill(); _ = daemon.Wait() })
-	addr, swept := make(chan string, 1), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(logs)
-		for sc.Scan() {
-			var line struct{ Msg, Addr, Trigger string }
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				continue
-			}
-			switch {
-			case line.Msg == "serving metrics":
-				addr <- line.Addr
-			case line.Msg == "sweep finished" && line.Trigger == "start":
-				close(swept)
-			}
-		}
-	}()
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a + "/metrics"
-	case <-time.After(hangGuard):
-		t.Fatalf("hung: hostlease-gc did not say where it serves metrics within the %v hang guard", hangGuard)
-	}
+	t.Cleanup(func() { daemon.Stop() })
 
 	used := map[string]string{}
 	for _, r := range loadRules(t) {
@@ -94,22 +65,16 @@ func TestMetricNamesInRunningDaemon(t *testing.T) {
 	// network's series; it logs "sweep finished" after its metrics are
 	// exported (with --interval 1h no other sweep runs), so the scrape after
 	// that line serves every series it exports.
-	select {
-	case <-swept:
-	case <-time.After(hangGuard):
-		t.Fatalf("hung: hostlease-gc's start sweep did not finish within the %v hang guard", hangGuard)
+	if err := daemon.Wait("the start sweep", func() bool { return len(daemon.Entries("sweep finished")) > 0 }); err != nil {
+		t.Fatal(err)
 	}
-	families := scrapeNames(t, url)
+	families := scrapeNames(t, "http://"+daemon.Addr+"/metrics")
 	for n, where := range used {
 		if n != "up" && !families[n] {
 			t.Errorf("%s uses %s, which the running hostlease-gc does not serve", where, n)
 		}
 	}
 }
-
-// hangGuard bounds each wait on the daemon: a guard against a hung test, not
-// an assertion of how fast it is.
-const hangGuard = 2 * time.Minute
 
 // scrapeNames returns the metric names one GET of url serves, histograms with
 // their _bucket/_sum/_count series.

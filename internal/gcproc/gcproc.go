@@ -118,6 +118,24 @@ func (d *Daemon) Stop() (killed bool) {
 	return killed
 }
 
+// Wait polls cond until it holds. It returns an error, holding the daemon's
+// log, when the daemon exits first or cond does not hold within HangGuard
+// (then the test has hung: the guard is not a budget).
+func (d *Daemon) Wait(what string, cond func() bool) error {
+	for deadline := time.Now().Add(HangGuard); !cond(); {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hung: hostlease-gc: %s did not happen within the %s hang guard\n%s", what, HangGuard, strings.Join(d.Lines(), "\n"))
+		}
+		select {
+		case <-d.done:
+			<-d.scanned
+			return fmt.Errorf("hostlease-gc exited while waiting for %s: %v\n%s", what, d.Cmd.ProcessState, strings.Join(d.Lines(), "\n"))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // Lines returns the daemon's output lines so far.
 func (d *Daemon) Lines() []string {
 	d.mu.Lock()

@@ -222,17 +222,9 @@ func (d *daemon) scrape() []promtext.Sample {
 // waitFor polls cond until it holds; the deadline is a hang guard.
 func (d *daemon) waitFor(what string, cond func() bool) {
 	d.t.Helper()
-	for deadline := time.Now().Add(gcproc.HangGuard); !cond(); {
-		if time.Now().After(deadline) {
-			d.stop()
-			d.t.Fatalf("hung: hostlease-gc: %s did not happen within the %s hang guard\n%s", what, gcproc.HangGuard, strings.Join(d.log(), "\n"))
-		}
-		select {
-		case <-d.Done():
-			d.stop()
-			d.t.Fatalf("hostlease-gc exited while waiting for %s: %v\n%s", what, d.Cmd.ProcessState, strings.Join(d.log(), "\n"))
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := d.Wait(what, cond); err != nil {
+		d.stop()
+		d.t.Fatal(err)
 	}
 }
 
