@@ -20,6 +20,7 @@ import (
 
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -144,7 +145,7 @@ func (n *testNet) conflist() []byte {
 }
 
 // StorePath is hostlease's store of the network.
-func (n *testNet) StorePath() string { return allocator.StorePath(n.DataDir, n.Network) }
+func (n *testNet) StorePath() string { return store.FilePath(n.DataDir, n.Network) }
 
 func (n *testNet) touch(t *testing.T, path, content string) {
 	t.Helper()

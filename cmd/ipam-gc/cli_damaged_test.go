@@ -16,6 +16,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/fakecri"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -51,7 +52,7 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 	dataDir := t.TempDir()
 	n := ipamNet{name: "dmg", dataDir: dataDir, rangeSets: subnets("10.83.0.0/24")}
 	a, b, c := add(t, n, "sandbox-a")[0], add(t, n, "sandbox-b")[0], add(t, n, "sandbox-c")[0]
-	path := allocator.StorePath(dataDir, "dmg")
+	path := store.FilePath(dataDir, "dmg")
 	damageRecord(t, path, b, storedValue(t, path, b)[:9])
 
 	r := gcExec(t, "list", "--data-dir", dataDir)
@@ -141,7 +142,7 @@ func TestRebuildDamagedStore(t *testing.T) {
 	for _, id := range []string{"ready-ok", "ready-damaged", "gone-damaged", "pending-ok"} {
 		ips[id] = add(t, n, id)[0]
 	}
-	path := allocator.StorePath(dataDir, "rb")
+	path := store.FilePath(dataDir, "rb")
 	damageRecord(t, path, ips["ready-damaged"], []byte{0xff, 0x00, 0x13})
 	damageRecord(t, path, ips["gone-damaged"], storedValue(t, path, ips["gone-damaged"])[:7])
 
@@ -205,7 +206,7 @@ func TestRebuildDamagedStore(t *testing.T) {
 
 // zeroLeafType zeroes the page type of the allocs bucket's root page, as a
 // torn or rotten page leaves it: bbolt opens the file, and panics on that
-// page when a transaction reads it (allocator.ErrStorePageDamaged).
+// page when a transaction reads it (store.ErrPageDamaged).
 func zeroLeafType(t *testing.T, path string) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
@@ -248,7 +249,7 @@ func TestRebuildPageDamagedStore(t *testing.T) {
 			ready = append(ready, ip)
 		}
 	}
-	path := allocator.StorePath(dataDir, "pg")
+	path := store.FilePath(dataDir, "pg")
 	zeroLeafType(t, path)
 	cri := startCRI(t)
 	for i, ip := range ready {
@@ -304,7 +305,7 @@ func TestRebuildPageDamagedStore(t *testing.T) {
 
 func TestRebuildRefusesReadableStore(t *testing.T) {
 	f := newFixture(t)
-	path := allocator.StorePath(f.dir, "alpha")
+	path := store.FilePath(f.dir, "alpha")
 	before, _ := os.ReadFile(path)
 	_, errOut, code := cli(t, "rebuild", "--data-dir", f.dir, "--network", "alpha", "--cri-endpoint", "unix:///nonexistent/cri.sock")
 	if code != 1 || !strings.Contains(errOut, "is readable (3 records); pass --force") {
@@ -333,7 +334,7 @@ func TestRebuildRefusesReadableStore(t *testing.T) {
 	if _, errOut, code := cli(t, "list", "--data-dir", f.dir); code != 1 || !strings.Contains(errOut, "network alpha") || !strings.Contains(errOut, "truncated") {
 		t.Errorf("list with a truncated store: exit %d %q", code, errOut)
 	}
-	if err := os.Truncate(allocator.StorePath(f.dir, "beta"), 8192); err != nil {
+	if err := os.Truncate(store.FilePath(f.dir, "beta"), 8192); err != nil {
 		t.Fatal(err)
 	}
 	if _, errOut, code := cli(t, "list", "--data-dir", f.dir); code != 1 || !strings.Contains(errOut, "network beta") || !strings.Contains(errOut, "2 store(s) could not be read") {

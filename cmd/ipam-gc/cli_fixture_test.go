@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -45,17 +47,17 @@ func netConf(dataDir, name string) []byte {
 // allocate does what the plugin's ADD does for sandbox id on network name.
 func allocate(t *testing.T, dataDir, name, id string) []netip.Addr {
 	t.Helper()
-	c, err := allocator.LoadConfig(netConf(dataDir, name), "")
+	c, err := netconf.Load(netConf(dataDir, name), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := allocator.Open(allocator.StorePath(dataDir, name), allocator.OpenOptions{Create: true, LockTimeout: 5 * time.Second})
+	st, err := store.Open(store.FilePath(dataDir, name), store.OpenOptions{Create: true, LockTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	var recs []*allocator.Record
-	err = st.Update(func(tx *allocator.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		r, cerr := allocator.Allocate(tx, allocator.AllocateRequest{Network: name, RangeSets: c.RangeSets, Now: time.Now(),
 			Owner: allocator.Owner{ContainerID: id, IfName: "eth0", Netns: "/var/run/netns/cni-" + id[:8],
 				PodNamespace: "default", PodName: "web-" + id[:4], PodUID: "uid-" + id[:8]}})
@@ -123,13 +125,13 @@ func (f *fixture) records(t *testing.T, network string) map[netip.Addr]allocator
 
 func auditOf(t *testing.T, path string) []allocator.AuditEvent {
 	t.Helper()
-	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 5 * time.Second})
+	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	var evs []allocator.AuditEvent
-	if err := st.View(func(tx *allocator.Tx) (err error) {
+	if err := st.View(func(tx *store.Tx) (err error) {
 		evs, err = tx.AuditLog(1000)
 		return err
 	}); err != nil {

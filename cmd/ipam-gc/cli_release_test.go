@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // stdinThen answers the confirmation prompt with answer, after running
@@ -33,22 +35,22 @@ func TestReleaseLeavesAnAddressThatChangedHands(t *testing.T) {
 	f := newFixture(t)
 	old := f.ids["bbbb2222"]
 	ip := f.alpha[old]
-	path := allocator.StorePath(f.dir, "alpha")
+	path := store.FilePath(f.dir, "alpha")
 	next := sandboxID("ffff6666")
 	prev := stdin
 	t.Cleanup(func() { stdin = prev })
 	stdin = &stdinThen{answer: strings.NewReader("y\n"), change: func() {
-		c, err := allocator.LoadConfig(netConf(f.dir, "alpha"), "")
+		c, err := netconf.Load(netConf(f.dir, "alpha"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := allocator.Open(path, allocator.OpenOptions{LockTimeout: 5 * time.Second})
+		st, err := store.Open(path, store.OpenOptions{LockTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		if err := st.Update(func(tx *allocator.Tx) error {
-			if _, err := allocator.Release(tx, old, "eth0", "pod deleted", "plugin", time.Now()); err != nil {
+		if err := st.Update(func(tx *store.Tx) error {
+			if _, err := allocator.Release(tx, old, "eth0", allocator.Why{Reason: "pod deleted", By: "plugin"}, time.Now()); err != nil {
 				return err
 			}
 			_, cerr := allocator.Allocate(tx, allocator.AllocateRequest{Network: "alpha", RangeSets: c.RangeSets, Now: time.Now(),
@@ -101,7 +103,7 @@ func TestReleaseAsksForConfirmation(t *testing.T) {
 		t.Errorf("after release: %d records, %s still there: %v", len(recs), ip, recs)
 	}
 	var ev *allocator.AuditEvent
-	for _, e := range auditOf(t, allocator.StorePath(f.dir, "alpha")) {
+	for _, e := range auditOf(t, store.FilePath(f.dir, "alpha")) {
 		if e.Action == "manual-release" {
 			ev = &e
 		}
@@ -149,7 +151,7 @@ func TestReleaseSandboxYes(t *testing.T) {
 		t.Errorf("release --sandbox touched another sandbox: alpha holds %d", len(recs))
 	}
 	n := 0
-	for _, e := range auditOf(t, allocator.StorePath(f.dir, "beta")) {
+	for _, e := range auditOf(t, store.FilePath(f.dir, "beta")) {
 		if e.Action == "manual-release" && e.ContainerID == id {
 			n++
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -84,7 +85,7 @@ func newNode(t *testing.T, size int) *node {
 // lockTimeout is the plugin's ipam.lockTimeout in these tests.
 const lockTimeout = 5 * time.Second
 
-func (n *node) storePath() string { return allocator.StorePath(n.dataDir, network) }
+func (n *node) storePath() string { return store.FilePath(n.dataDir, network) }
 
 func (n *node) netns(id string) string { return filepath.Join(n.netnsDir, "cni-"+id) }
 

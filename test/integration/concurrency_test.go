@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/internal/leasecheck"
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // holdings books every holding of every address (leasecheck judges the
@@ -263,7 +263,7 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 		t.Errorf("only %d of %d calls completed", n, calls)
 	}
 
-	path := allocator.StorePath(dir, network)
+	path := store.FilePath(dir, network)
 	snap := readStore(t, path)
 	checkIntegrity(t, snap)
 	if snap.Count != 0 || len(snap.Records) != 0 {

@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Damaged stores: a record that does not decode, a cleared bitmap bit, a
@@ -207,13 +208,13 @@ func TestHardeningZeroedLeafPage(t *testing.T) {
 	if !o.OK() && (o.Err == nil || o.Err.Code == 11 || strings.Contains(o.Err.Msg, "unreadable")) {
 		t.Errorf("ADD on a store with a damaged page: %v; want success or CNI 5 'store damaged', never 'unreadable' (the daemon would rebuild)", o)
 	}
-	s, err := allocator.Open(h.path, allocator.OpenOptions{ReadOnly: true})
+	s, err := store.Open(h.path, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("open (as the daemon does): %v", err)
 	}
-	err = s.View(func(tx *allocator.Tx) error { tx.ScanRecords(&allocator.RecordCache{}); return nil })
+	err = s.View(func(tx *store.Tx) error { tx.ScanRecords(&store.RecordCache{}); return nil })
 	s.Close()
-	if !errors.Is(err, allocator.ErrStorePageDamaged) || errors.Is(err, allocator.ErrStoreUnreadable) {
+	if !errors.Is(err, store.ErrPageDamaged) || errors.Is(err, store.ErrUnreadable) {
 		t.Errorf("the daemon's scan: %v; want ErrStorePageDamaged (not set aside)", err)
 	}
 }

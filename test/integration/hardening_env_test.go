@@ -11,6 +11,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Environment errors: an immutable store, a read-only file system, too many
@@ -142,7 +143,7 @@ func TestHardeningFullFilesystem(t *testing.T) {
 	}
 	c := call{Command: "ADD", ContainerID: "a", IfName: "eth0", Netns: "/x"}
 	o := wrapped(ctx, wrapper, c, conf)
-	path := allocator.StorePath(dir, "hlh-full")
+	path := store.FilePath(dir, "hlh-full")
 	if o.Err == nil || o.Err.Code != 5 || !strings.Contains(o.Err.Msg, "ENOSPC") || !strings.Contains(o.Err.Msg, path) || strings.Contains(o.Err.Msg, "unreadable") {
 		t.Errorf("ADD on a full file system: %v; want CNI 5 naming ENOSPC and %s", o, path)
 	} else {

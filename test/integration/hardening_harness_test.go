@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // hardNet is a store of n containers c000.. made by real ADDs on 10.81.0.0/24.
@@ -35,7 +36,7 @@ func newHardNet(t *testing.T, network string, n int) *hardNet {
 	t.Cleanup(cancel)
 	h := &hardNet{ctx: ctx, network: network, dir: t.TempDir(), ips: map[string]netip.Addr{}}
 	h.conf = ipamConf(t, network, h.dir, "10.81.0.0/24")
-	h.path = allocator.StorePath(h.dir, network)
+	h.path = store.FilePath(h.dir, network)
 	for i := range n {
 		id := fmt.Sprintf("c%03d", i)
 		h.ips[id] = h.mustAdd(t, id)
@@ -96,13 +97,13 @@ type lenientSnap struct {
 // readStoreLenient reads a store that may hold damaged records.
 func readStoreLenient(t *testing.T, path string) lenientSnap {
 	t.Helper()
-	s, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	s, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("open %s: %v", path, err)
 	}
 	defer s.Close()
 	var snap lenientSnap
-	if err := s.View(func(tx *allocator.Tx) error {
+	if err := s.View(func(tx *store.Tx) error {
 		snap.damaged = tx.DamagedRecords()
 		if err := tx.ForEach(func(r *allocator.Record) error { snap.records = append(snap.records, r); return nil }); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // After a switch from host-local, podman tears containers down with its
@@ -42,7 +43,7 @@ func TestHardeningHostLocalMigrationLeak(t *testing.T) {
 		}
 	}
 	add("new1") // the switch: imports podA, podB, podC
-	path := allocator.StorePath(dir, network)
+	path := store.FilePath(dir, network)
 	if n := len(readStoreLenient(t, path).records); n != 4 {
 		t.Fatalf("after the import the store holds %d records, want 4", n)
 	}

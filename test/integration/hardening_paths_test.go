@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Store paths: a symlinked store, a long network name, stale temporary files.
@@ -24,7 +24,7 @@ func TestHardeningSymlinkStore(t *testing.T) {
 	network := "hlh-link"
 	conf := ipamConf(t, network, dir, "10.82.0.0/24")
 	target := filepath.Join(t.TempDir(), "elsewhere.db")
-	path := allocator.StorePath(dir, network)
+	path := store.FilePath(dir, network)
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestHardeningLongNetworkName(t *testing.T) {
 			if n <= 252 && entries[0].Name() != network+".db" {
 				t.Errorf("store file %s, want %s.db", entries[0].Name(), network)
 			}
-			if filepath.Join(dir, entries[0].Name()) != allocator.StorePath(dir, network) {
+			if filepath.Join(dir, entries[0].Name()) != store.FilePath(dir, network) {
 				t.Errorf("store file %s is not StorePath's", entries[0].Name())
 			}
 		})
@@ -104,6 +104,6 @@ func TestHardeningStaleTempFiles(t *testing.T) {
 		}
 	}
 	if _, err := os.Stat(young); err != nil {
-		t.Errorf("a temporary file younger than %s was removed: %v", allocator.StaleTempAge, err)
+		t.Errorf("a temporary file younger than %s was removed: %v", store.StaleTempAge, err)
 	}
 }
