@@ -197,7 +197,7 @@ func TestDaemonKickSweepsAtOnce(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.metric(e.m.Sweeps.WithLabelValues(SweepOK)); got != 3 {
+	if got := e.metric("hostlease_sweeps_total", "result", SweepOK); got != 3 {
 		t.Fatalf("sweeps{ok} = %v, want 3", got)
 	}
 }
@@ -210,14 +210,14 @@ func TestDaemonKickReclaimsOnExhaustion(t *testing.T) {
 	stop := runDaemon(t, d)
 	// Misses=1 and no grace: the start-up sweep already reclaims; wait for it
 	// and leak another one afterwards.
-	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.metric(e.m.Sweeps.WithLabelValues(SweepOK)) == 1 })
+	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.metric("hostlease_sweeps_total", "result", SweepOK) == 1 })
 	if e.records()[leak.IP] != nil {
 		t.Fatal("start-up sweep did not reclaim the first leak")
 	}
 	leak2 := e.alloc("sb-leaked-2", t0.Add(-time.Hour))
 	touch(t, filepath.Join(e.dir, ".kick"), time.Now().Add(time.Second))
 	waitFor(t, "the kicked sweep to reclaim", 5*time.Second, func() bool {
-		return e.metric(e.m.Reclaims.WithLabelValues(testNet, ReclaimSandboxAbsent)) == 2
+		return e.metric("hostlease_reclaims_total", "network", testNet, "reason", ReclaimSandboxAbsent) == 2
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)

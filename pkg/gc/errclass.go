@@ -48,10 +48,3 @@ func errnoOf(err error) string {
 	}
 	return ""
 }
-
-// countStoreError counts a store error by class and errno.
-func (s *Sweeper) countStoreError(nr *NetworkReport, class string) {
-	if s.Metrics != nil {
-		s.Metrics.StoreErrors.WithLabelValues(nr.Network, class, errnoOf(nr.Err)).Inc()
-	}
-}
