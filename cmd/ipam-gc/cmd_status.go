@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 // poolRow is one range set of one network, as `status` shows it. Size and
@@ -69,7 +70,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 				if r.State == allocator.StatePending {
 					row.Pending++
 				}
-				if r.Obs.Misses > 0 {
+				if gc.IsLeakCandidate(r.Obs) {
 					row.Candidates++
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -177,10 +178,19 @@ func TestDaemonKickSweepsAtOnce(t *testing.T) {
 	kick := filepath.Join(e.dir, ".kick")
 	// A kick left over from before the daemon started is not a new event.
 	touch(t, kick, time.Now().Add(-time.Minute))
+	var polls atomic.Int64
+	d.kickPolled = func() { polls.Add(1) }
+	// tenPolls waits until the daemon has looked at the kick file ten more
+	// times: a sweep a kick would cause has happened by then.
+	tenPolls := func() {
+		t.Helper()
+		p := polls.Load()
+		waitFor(t, "ten looks at the kick file", 5*time.Second, func() bool { return polls.Load() >= p+10 })
+	}
 	stop := runDaemon(t, d)
 
 	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.cri.lists.Load() == 1 })
-	time.Sleep(10 * d.kickPoll)
+	tenPolls()
 	if n := e.cri.lists.Load(); n != 1 {
 		t.Fatalf("%d sweeps without a new kick, want only the start-up one", n)
 	}
@@ -189,7 +199,7 @@ func TestDaemonKickSweepsAtOnce(t *testing.T) {
 		touch(t, kick, time.Now().Add(time.Duration(i)*time.Second))
 		took := waitFor(t, "a sweep after the kick", 5*time.Second, func() bool { return e.cri.lists.Load() == int64(i) })
 		t.Logf("kick %d answered after %s (poll %s)", i-1, took, d.kickPoll)
-		time.Sleep(10 * d.kickPoll)
+		tenPolls()
 		if n := e.cri.lists.Load(); n != int64(i) {
 			t.Fatalf("one kick caused %d sweeps", n-int64(i-1))
 		}
