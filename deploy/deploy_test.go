@@ -51,6 +51,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/pool"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -1187,7 +1188,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	m := gc.NewMetrics(reg)
 	m.Observe(&gc.SweepReport{Result: gc.SweepOK, CRIReached: true, Networks: []*gc.NetworkReport{{Network: "n",
 		Snapshot: &gc.Snapshot{RangeSets: make([]allocator.StoredRangeSet, 1),
-			Usage:       []allocator.PoolUsage{{RangeSet: 0, Size: big.NewInt(4)}},
+			Usage:       []pool.Usage{{RangeSet: 0, Size: big.NewInt(4)}},
 			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 1, Last: time.Unix(1700000000, 0)}}}}}}, time.Now())
 	descs := make(chan *prometheus.Desc, 100)
 	m.Describe(descs)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // This file is the sweep's act stage: it carries out the plan (writes,
@@ -40,7 +41,7 @@ func (s *Sweeper) act(rep *SweepReport, now time.Time) {
 	if rep.cleanTemp {
 		// A plugin killed during a network's first use leaves its temporary
 		// store behind; nothing else removes it.
-		rep.tempRemoved, rep.tempErr = allocator.CleanStaleTemp(s.Opts.DataDir, allocator.StaleTempAge, time.Now())
+		rep.tempRemoved, rep.tempErr = store.CleanStaleTemp(s.Opts.DataDir, store.StaleTempAge, time.Now())
 	}
 	for _, nr := range rep.Networks {
 		if !nr.readable() {
@@ -55,9 +56,10 @@ func (s *Sweeper) act(rep *SweepReport, now time.Time) {
 }
 
 // apply writes one network's plan in a single transaction. Each record is
-// changed only if it is still the same allocation (same owner, same creation
-// time): a plugin may have released and re-allocated the address since the
-// snapshot, and that new allocation must not be touched.
+// changed only if it is still the same allocation (allocator.SameAllocation):
+// a plugin may have released and re-allocated the address since the
+// snapshot, and that new allocation must not be touched. A reclaim is a
+// release with its audit entry (allocator.ReleaseRecord).
 //
 // New values are encoded before the store is opened (planWrites); under the
 // exclusive lock a record still holding the bytes the snapshot saw is simply
@@ -71,17 +73,17 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 		// plugin calls would wait behind.
 		return nil
 	}
-	st, err := allocator.Open(nr.Path, allocator.OpenOptions{LockTimeout: storeLockTimeout})
+	st, err := store.Open(nr.Path, store.OpenOptions{LockTimeout: storeLockTimeout})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	var reclaimed []ReclaimedRecord
-	var stored []allocator.Rewrite
+	var stored []store.Rewrite
 	var rereserved, hlReleased = []ReReserve(nil), []*allocator.Record(nil)
 	var repair allocator.IndexRepair
 	committed := 0
-	err = st.Update(func(tx *allocator.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		reclaimed, stored, committed = nil, stored[:0], 0
 		var err error
 		if plan.repairIndexes {
@@ -116,17 +118,14 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 					continue
 				}
 			}
-			cur, err := tx.Get(d.Record.IP)
-			if err != nil || cur == nil || cur.ContainerID != d.Record.ContainerID || cur.IfName != d.Record.IfName || !cur.Created.Equal(d.Record.Created) {
-				continue
+			cur, _ := tx.Lookup(d.Record.IP)
+			if cur == nil || !allocator.SameAllocation(cur, d.Record) {
+				continue // released (and perhaps reserved again) since the snapshot
 			}
 			switch d.Action {
 			case Reclaim:
-				if _, err := tx.Delete(cur.IP); err != nil {
-					return err
-				}
-				if err := tx.Audit(allocator.AuditEvent{Time: now, Action: "reclaim", Reason: string(d.Reason) + ": " + d.Detail,
-					IP: cur.IP, ContainerID: cur.ContainerID, IfName: cur.IfName, Pod: cur.PodRef(), By: "hostlease-gc"}); err != nil {
+				why := allocator.Why{Action: "reclaim", Reason: string(d.Reason) + ": " + d.Detail, By: "hostlease-gc"}
+				if err := allocator.ReleaseRecord(tx, cur, why, now); err != nil {
 					return err
 				}
 				reclaimed = append(reclaimed, ReclaimedRecord{Record: cur, Reason: d.Reason, Detail: d.Detail})

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // This file is the sweep's decide stage: pure functions from what a sweep
@@ -32,7 +33,7 @@ func (p *storePlan) empty() bool {
 // value when it could be encoded ahead of the write transaction.
 type plannedWrite struct {
 	d        *Decision
-	rewrite  allocator.Rewrite
+	rewrite  store.Rewrite
 	prepared bool
 }
 
@@ -120,7 +121,7 @@ func planWrites(snap *Snapshot, v NetworkVerdict, maxInfo int, now time.Time) []
 				next.State, next.Committed = allocator.StateCommitted, now
 			}
 			var err error
-			w.rewrite, err = allocator.PrepareRewrite(snap.seen[i], &next)
+			w.rewrite, err = store.PrepareRewrite(snap.seen[i], &next)
 			w.prepared = err == nil
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // The decide stage as a pure function of plain values: a report as observe
@@ -66,7 +67,7 @@ func TestDecidePlanTable(t *testing.T) {
 		{Sandbox: CRISandbox{ID: "sb-twin", State: SandboxReady}, IP: live.IP},            // held by READY sb-live
 		{Sandbox: CRISandbox{ID: "sb-thief", State: SandboxReady}, IP: leak.IP},           // held by absent sb-leak
 	}
-	unreadable := fmt.Errorf("open store: %w", allocator.ErrStoreUnreadable)
+	unreadable := fmt.Errorf("open store: %w", store.ErrUnreadable)
 	cases := []planCase{
 		{name: "reclaims, keeps, commits; re-reserves and reports a conflict",
 			recs: base, proven: map[string]bool{"sb-gone": true}, cri: cri, uses: uses,
@@ -106,7 +107,7 @@ func TestDecidePlanTable(t *testing.T) {
 		{name: "an unreadable store is not rebuilt in a dry run",
 			readErr: unreadable, cri: cri, dryRun: true},
 		{name: "a store with an environment error is never rebuilt",
-			readErr: &allocator.StoreIOError{Op: "open", Path: "x.db", Err: syscall.EROFS}, cri: cri},
+			readErr: &store.IOError{Op: "open", Path: "x.db", Err: syscall.EROFS}, cri: cri},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { checkPlan(t, tc) })

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/pool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -75,8 +76,8 @@ func rec(i int, state allocator.State) *allocator.Record {
 	return &allocator.Record{IP: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), ContainerID: fmt.Sprintf("sb-%d", i), State: state}
 }
 
-func usage(rs, size, used int) allocator.PoolUsage {
-	return allocator.PoolUsage{RangeSet: rs, Size: big.NewInt(int64(size)), Used: used}
+func usage(rs, size, used int) pool.Usage {
+	return pool.Usage{RangeSet: rs, Size: big.NewInt(int64(size)), Used: used}
 }
 
 // populate hands m two sweeps over network podnet: one that did a bit of
@@ -96,7 +97,7 @@ func populate(m *Metrics) {
 	m.Observe(&SweepReport{Result: SweepOK, CRIReached: true, Duration: 12 * time.Millisecond, Networks: []*NetworkReport{{
 		Network: "podnet",
 		Snapshot: &Snapshot{
-			Usage:       []allocator.PoolUsage{usage(0, 254, 9), usage(1, 65534, 4)},
+			Usage:       []pool.Usage{usage(0, 254, 9), usage(1, 65534, 4)},
 			RangeSets:   make([]allocator.StoredRangeSet, 2),
 			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 2, Last: time.Unix(1700000000, 0)}},
 			Damaged:     make([]allocator.DamagedRecord, 2),

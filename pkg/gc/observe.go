@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // This file is the sweep's observe stage: it reads the stores, CRI and the
@@ -43,7 +44,7 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 		rep.Networks = append(rep.Networks, nr)
 		nr.Snapshot, nr.Err = readSnapshot(f.Path, &st.decoded, verify)
 		nr.readErr = nr.Err
-		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && allocator.StorePath(filepath.Dir(f.Path), n.Network) == f.Path {
+		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && store.FilePath(filepath.Dir(f.Path), n.Network) == f.Path {
 			// A name too long for a file name: the file's is shortened.
 			// (A copy of another network's store keeps its file's name.)
 			nr.Network = n.Network

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // damageRecord overwrites the stored value of ip's record with bytes that do
@@ -112,7 +113,7 @@ func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 		}
 	}
 	e.alloc("sb-live", t0.Add(-time.Hour)) // creates the store
-	e.update(func(tx *allocator.Tx) error {
+	e.update(func(tx *store.Tx) error {
 		_, err := allocator.ImportHostLocal(tx, hl, testNet, testRanges, t0.Add(-time.Hour))
 		return err
 	})
@@ -173,7 +174,7 @@ func TestSweepRepairsLostIndex(t *testing.T) {
 		t.Fatalf("DEL after the repair left %v", keys(e.records()))
 	}
 	var ok bool
-	e.view(func(tx *allocator.Tx) error { ok = !tx.VerifyIndexes().Changed(); return nil })
+	e.view(func(tx *store.Tx) error { ok = !tx.VerifyIndexes().Changed(); return nil })
 	if !ok {
 		t.Fatal("indexes still disagree with the records")
 	}
@@ -304,7 +305,7 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 		}
 		e.cri.setListErr(errors.New("unavailable"))
 		rep := e.sweepAt(t0.Add(time.Minute))
-		if nr := e.net(rep); nr.Rebuilt != "" || !errors.Is(nr.Err, allocator.ErrStoreUnreadable) {
+		if nr := e.net(rep); nr.Rebuilt != "" || !errors.Is(nr.Err, store.ErrUnreadable) {
 			t.Fatalf("rebuilt=%q err=%v, want left unreadable", nr.Rebuilt, nr.Err)
 		}
 		if matches, _ := filepath.Glob(e.path + ".corrupt-*"); len(matches) != 0 {

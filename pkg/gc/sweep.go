@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Sweeper reconciles every store under the data dir with CRI. It keeps no store
@@ -51,7 +52,7 @@ type storeState struct {
 	network string // as last read, for the log line when it is forgotten
 	// decoded keeps the records as decoded last sweep, so a sweep decodes
 	// only the records that changed since.
-	decoded allocator.RecordCache
+	decoded store.RecordCache
 	// rangeSets are the range sets last read, so a store that turns
 	// unreadable is rebuilt with only the addresses that belong to it.
 	rangeSets []allocator.StoredRangeSet

@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 const testNet = "podnet"
@@ -60,7 +61,7 @@ func newSweepEnv(t *testing.T, mods ...func(*Options)) *sweepEnv {
 	for _, m := range mods {
 		m(o)
 	}
-	e := &sweepEnv{t: t, dir: dir, path: allocator.StorePath(dir, testNet), netns: netns, ranges: testRanges,
+	e := &sweepEnv{t: t, dir: dir, path: store.FilePath(dir, testNet), netns: netns, ranges: testRanges,
 		cri: newFakeCRI(), client: fake.NewClientset(), reg: prometheus.NewRegistry(), now: t0, logs: &bytes.Buffer{}}
 	// The fake object tracker ignores generateName; the API server fills it in.
 	var seq atomic.Int64
@@ -99,14 +100,14 @@ func (e *sweepEnv) alloc(id string, at time.Time, requested ...netip.Addr) *allo
 
 func (e *sweepEnv) tryAlloc(owner allocator.Owner, at time.Time, requested ...netip.Addr) ([]*allocator.Record, *types.Error) {
 	e.t.Helper()
-	st, err := allocator.Open(e.path, allocator.OpenOptions{Create: true, LockTimeout: time.Second})
+	st, err := store.Open(e.path, store.OpenOptions{Create: true, LockTimeout: time.Second})
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
 	}
 	defer st.Close()
 	var recs []*allocator.Record
 	var cerr *types.Error
-	if err := st.Update(func(tx *allocator.Tx) error {
+	if err := st.Update(func(tx *store.Tx) error {
 		recs, cerr = allocator.Allocate(tx, allocator.AllocateRequest{Network: testNet, RangeSets: e.ranges, Owner: owner, Requested: requested, Now: at})
 		return nil // the plugin commits failures too (round-robin point, exhaustion count)
 	}); err != nil {
@@ -118,15 +119,15 @@ func (e *sweepEnv) tryAlloc(owner allocator.Owner, at time.Time, requested ...ne
 // release is a plugin DEL.
 func (e *sweepEnv) release(id string, at time.Time) {
 	e.t.Helper()
-	e.update(func(tx *allocator.Tx) error {
-		_, err := allocator.Release(tx, id, "eth0", "CNI DEL", "plugin", at)
+	e.update(func(tx *store.Tx) error {
+		_, err := allocator.Release(tx, id, "eth0", allocator.Why{Reason: "CNI DEL", By: "plugin"}, at)
 		return err
 	})
 }
 
-func (e *sweepEnv) update(fn func(*allocator.Tx) error) {
+func (e *sweepEnv) update(fn func(*store.Tx) error) {
 	e.t.Helper()
-	st, err := allocator.Open(e.path, allocator.OpenOptions{LockTimeout: time.Second})
+	st, err := store.Open(e.path, store.OpenOptions{LockTimeout: time.Second})
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
 	}
@@ -136,9 +137,9 @@ func (e *sweepEnv) update(fn func(*allocator.Tx) error) {
 	}
 }
 
-func (e *sweepEnv) view(fn func(*allocator.Tx) error) {
+func (e *sweepEnv) view(fn func(*store.Tx) error) {
 	e.t.Helper()
-	st, err := allocator.Open(e.path, allocator.OpenOptions{LockTimeout: time.Second, ReadOnly: true})
+	st, err := store.Open(e.path, store.OpenOptions{LockTimeout: time.Second, ReadOnly: true})
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
 	}
@@ -152,7 +153,7 @@ func (e *sweepEnv) view(fn func(*allocator.Tx) error) {
 func (e *sweepEnv) records() map[netip.Addr]*allocator.Record {
 	e.t.Helper()
 	out := map[netip.Addr]*allocator.Record{}
-	e.view(func(tx *allocator.Tx) error {
+	e.view(func(tx *store.Tx) error {
 		return tx.ForEach(func(r *allocator.Record) error { out[r.IP] = r; return nil })
 	})
 	return out
@@ -161,7 +162,7 @@ func (e *sweepEnv) records() map[netip.Addr]*allocator.Record {
 func (e *sweepEnv) audit() []allocator.AuditEvent {
 	e.t.Helper()
 	var out []allocator.AuditEvent
-	e.view(func(tx *allocator.Tx) error {
+	e.view(func(tx *store.Tx) error {
 		var err error
 		out, err = tx.AuditLog(1000)
 		return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	bolt "go.etcd.io/bbolt"
@@ -89,8 +90,8 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 	}
 
 	// Sweep results: a store that cannot be decoded is a store error.
-	bad := allocator.StorePath(e.dir, "other")
-	st, err := allocator.Open(bad, allocator.OpenOptions{Create: true})
+	bad := store.FilePath(e.dir, "other")
+	st, err := store.Open(bad, store.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 	// An environment error (a symlink in place of a store: ELOOP) is a store
 	// error, counted with its errno; the store is neither set aside nor
 	// rebuilt, and nothing is created at the link's target.
-	link := allocator.StorePath(e.dir, "envfail")
+	link := store.FilePath(e.dir, "envfail")
 	target := filepath.Join(t.TempDir(), "target.db")
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
@@ -180,12 +181,12 @@ func TestSweepForgetsRemovedNetwork(t *testing.T) {
 	e := newSweepEnv(t)
 	r := e.alloc("sb-a", t0.Add(-time.Hour))
 	e.cri.set("sb-a", SandboxReady, r.IP)
-	other := allocator.StorePath(e.dir, "gone")
-	st, err := allocator.Open(other, allocator.OpenOptions{Create: true})
+	other := store.FilePath(e.dir, "gone")
+	st, err := store.Open(other, store.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Update(func(tx *allocator.Tx) error {
+	if err := st.Update(func(tx *store.Tx) error {
 		if err := tx.SetRangeSets(testRanges); err != nil {
 			return err
 		}

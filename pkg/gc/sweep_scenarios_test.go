@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // The scenarios below are set up once here and run by two tests each: one
@@ -89,7 +90,7 @@ type dryRun struct {
 func newDryRun(t *testing.T) *dryRun {
 	e := newSweepEnv(t, func(o *Options) { o.DryRun = true })
 	created := t0.Add(-time.Hour)
-	s := &dryRun{e: e, leak: e.alloc("job-1", created), pend: e.alloc("sb-ready", created), badPath: allocator.StorePath(e.dir, "broken")}
+	s := &dryRun{e: e, leak: e.alloc("job-1", created), pend: e.alloc("sb-ready", created), badPath: store.FilePath(e.dir, "broken")}
 	e.cri.set("sb-ready", SandboxReady, s.pend.IP)
 	if err := os.WriteFile(s.badPath, bytes.Repeat([]byte("garbage!"), 2048), 0o600); err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func reallocated(t *testing.T, newID string) (*sweepEnv, *SweepReport, *allocato
 	e := newSweepEnv(t)
 	old := e.alloc("sb-old", t0.Add(-time.Hour))
 	// Due at the next sweep: two misses over five minutes already.
-	e.update(func(tx *allocator.Tx) error {
+	e.update(func(tx *store.Tx) error {
 		r, _ := tx.Get(old.IP)
 		r.Obs = allocator.Observation{Misses: 2, FirstMissed: t0.Add(-5 * time.Minute), SandboxState: SandboxAbsent}
 		return tx.Put(r)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // How sweeps write: only what changed, only to the allocation they judged,
@@ -221,7 +222,7 @@ func TestSweepCacheDecidesAsANewDaemon(t *testing.T) {
 		case 4:
 			e.cri.set("sb-young", SandboxReady, young.IP) // back again
 			// and a plugin touches a record
-			e.update(func(tx *allocator.Tx) error {
+			e.update(func(tx *store.Tx) error {
 				r, _ := tx.Get(live.IP)
 				r.Netns = "/var/run/netns/moved"
 				return tx.Put(r)

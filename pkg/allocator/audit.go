@@ -1,0 +1,35 @@
+package allocator
+
+import (
+	"net/netip"
+	"time"
+)
+
+// AuditEvent is one release or reclaim kept in the store's bounded audit log.
+type AuditEvent struct {
+	Time        time.Time  `json:"time"`
+	Action      string     `json:"action"` // release, gc, reclaim, manual-release, rebuild, import
+	Reason      string     `json:"reason,omitempty"`
+	IP          netip.Addr `json:"ip,omitzero"`
+	ContainerID string     `json:"containerID,omitempty"`
+	IfName      string     `json:"ifName,omitempty"`
+	Pod         string     `json:"pod,omitempty"`
+	By          string     `json:"by,omitempty"` // plugin, hostlease-gc, operator
+}
+
+// Audit actions (AuditEvent.Action) written by this package and the store.
+// The daemon counts AuditIndexRepair events to export index repairs.
+const (
+	AuditRelease        = "release"
+	AuditGC             = "gc"
+	AuditImport         = "import"
+	AuditManualRelease  = "manual-release"
+	AuditIndexRepair    = "index-repair"
+	AuditDamagedRelease = "damaged-release"
+	// AuditHostLocalGone: an imported host-local reservation whose file
+	// host-local's own DEL removed since (ReleaseVanishedHostLocal).
+	AuditHostLocalGone = "hostlocal-gone"
+	// AuditDamagedEntry stands for an audit entry that does not decode in
+	// AuditLog's answer.
+	AuditDamagedEntry = "damaged-entry"
+)
