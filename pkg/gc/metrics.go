@@ -119,6 +119,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // forgotten with all their series.
 func (m *Metrics) Observe(rep *SweepReport, finished time.Time) {
 	m.duration.Observe(rep.Duration.Seconds())
+	// What each network's report says is worked out before the lock: a
+	// scrape waits only for the merge.
+	type observed struct {
+		counts netCounters
+		gauges *netGauges
+	}
+	seen := make(map[string]observed, len(rep.Networks))
+	for _, nr := range rep.Networks {
+		o := seen[nr.Network]
+		if o.counts.reclaims == nil {
+			o.counts = newNetCounters()
+		}
+		o.counts.add(nr)
+		if nr.swept() {
+			o.gauges = gaugesOf(nr, rep.DryRun)
+		}
+		seen[nr.Network] = o
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sweeps[rep.Result]++
@@ -126,21 +144,19 @@ func (m *Metrics) Observe(rep *SweepReport, finished time.Time) {
 		m.lastOK = finished
 	}
 	m.criUp = rep.CRIReached
-	listed := make(map[string]bool, len(rep.Networks))
-	for _, nr := range rep.Networks {
-		listed[nr.Network] = true
-		ns := m.nets[nr.Network]
+	for network, o := range seen {
+		ns := m.nets[network]
 		if ns == nil {
 			ns = &netSeries{counters: newNetCounters()}
-			m.nets[nr.Network] = ns
+			m.nets[network] = ns
 		}
-		ns.counters.add(nr)
-		if nr.swept() {
-			ns.gauges = gaugesOf(nr, rep.DryRun)
+		ns.counters.merge(&o.counts)
+		if o.gauges != nil {
+			ns.gauges = o.gauges
 		}
 	}
 	for network := range m.nets {
-		if !listed[network] {
+		if _, ok := seen[network]; !ok {
 			delete(m.nets, network)
 		}
 	}

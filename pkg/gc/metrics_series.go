@@ -100,6 +100,26 @@ func (c *netCounters) add(nr *NetworkReport) {
 	}
 }
 
+// merge adds d's counts to c.
+func (c *netCounters) merge(d *netCounters) {
+	for k, n := range d.reclaims {
+		c.reclaims[k] += n
+	}
+	for k, n := range d.vetoes {
+		c.vetoes[k] += n
+	}
+	for k, n := range d.rereserved {
+		c.rereserved[k] += n
+	}
+	for k, n := range d.storeErrors {
+		c.storeErrors[k] += n
+	}
+	c.guardTripped += d.guardTripped
+	c.rebuilt += d.rebuilt
+	c.conflicts += d.conflicts
+	c.indexRepairs += d.indexRepairs
+}
+
 // gaugesOf is a network's state after the sweep that produced nr: the
 // snapshot with this sweep's reclaims, re-reservations and commits applied
 // (under --dry-run, which writes nothing, the snapshot as read).
