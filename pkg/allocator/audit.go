@@ -17,7 +17,7 @@ type AuditEvent struct {
 	By          string     `json:"by,omitempty"` // plugin, hostlease-gc, operator
 }
 
-// Audit actions (AuditEvent.Action) written by this package and the store.
+// Audit actions (AuditEvent.Action): every value the audit log holds.
 // The daemon counts AuditIndexRepair events to export index repairs.
 const (
 	AuditRelease        = "release"
@@ -32,4 +32,11 @@ const (
 	// AuditDamagedEntry stands for an audit entry that does not decode in
 	// AuditLog's answer.
 	AuditDamagedEntry = "damaged-entry"
+
+	// Written by the daemon (pkg/gc): a leak reclaimed (through
+	// ReleaseRecord), an address a running sandbox uses re-reserved for it,
+	// a store rebuilt from the runtime.
+	AuditReclaim   = "reclaim"
+	AuditReReserve = "re-reserve"
+	AuditRebuild   = "rebuild"
 )

@@ -3,7 +3,6 @@ package netconf
 import (
 	"errors"
 	"net"
-	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,25 +11,13 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
-
-// rng builds a canonical range the way host-local canonicalises one.
-func rng(subnet, start, end, gw string) allocator.StoredRange {
-	r := allocator.StoredRange{Subnet: netip.MustParsePrefix(subnet), Start: netip.MustParseAddr(start), End: netip.MustParseAddr(end)}
-	if gw != "" {
-		r.Gateway = netip.MustParseAddr(gw)
-	}
-	return r
-}
-
-func set(ranges ...allocator.StoredRange) allocator.StoredRangeSet {
-	return allocator.StoredRangeSet{Ranges: ranges}
-}
 
 // acceptCases are configs Load must accept; the host-local oracle test
 // (hostlocal_test.go) also runs them.
 var acceptCases = func() []acceptCase {
-	v4 := set(rng("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"))
+	v4 := rangetest.Set(rangetest.Range("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"))
 	return []acceptCase{{
 		name: "ranges with several subnets per range set and explicit bounds",
 		conf: `{"cniVersion":"1.0.0","name":"net1","type":"bridge","ipam":{"type":"hostlease","ranges":[
@@ -38,9 +25,9 @@ var acceptCases = func() []acceptCase {
 			[{"subnet":"10.0.2.0/29","gateway":"10.0.2.6"}]]}}`,
 		check: func(t *testing.T, c *Config) {
 			want := []allocator.StoredRangeSet{
-				set(rng("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"),
-					rng("10.0.1.0/28", "10.0.1.4", "10.0.1.8", "10.0.1.9")),
-				set(rng("10.0.2.0/29", "10.0.2.1", "10.0.2.6", "10.0.2.6")),
+				rangetest.Set(rangetest.Range("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"),
+					rangetest.Range("10.0.1.0/28", "10.0.1.4", "10.0.1.8", "10.0.1.9")),
+				rangetest.Set(rangetest.Range("10.0.2.0/29", "10.0.2.1", "10.0.2.6", "10.0.2.6")),
 			}
 			eq(t, "RangeSets", c.RangeSets, want)
 			eq(t, "Network", c.Network, "net1")
@@ -58,8 +45,8 @@ var acceptCases = func() []acceptCase {
 			"ranges":[[{"subnet":"fd00::/120"}]]}}`,
 		check: func(t *testing.T, c *Config) {
 			eq(t, "RangeSets", c.RangeSets, []allocator.StoredRangeSet{
-				set(rng("10.2.0.0/24", "10.2.0.10", "10.2.0.20", "10.2.0.254")),
-				set(rng("fd00::/120", "fd00::1", "fd00::ff", "fd00::1")),
+				rangetest.Set(rangetest.Range("10.2.0.0/24", "10.2.0.10", "10.2.0.20", "10.2.0.254")),
+				rangetest.Set(rangetest.Range("fd00::/120", "fd00::1", "fd00::ff", "fd00::1")),
 			})
 		},
 	}, {
@@ -99,7 +86,7 @@ var acceptCases = func() []acceptCase {
 			"runtimeConfig":{"ipRanges":[[{"subnet":"fd00::/124","rangeStart":"fd00::4"}]]}}`,
 		check: func(t *testing.T, c *Config) {
 			eq(t, "RangeSets", c.RangeSets, []allocator.StoredRangeSet{
-				set(rng("fd00::/124", "fd00::4", "fd00::f", "fd00::1")),
+				rangetest.Set(rangetest.Range("fd00::/124", "fd00::4", "fd00::f", "fd00::1")),
 				v4,
 			})
 		},
@@ -109,7 +96,7 @@ var acceptCases = func() []acceptCase {
 		check: func(t *testing.T, c *Config) {
 			eq(t, "RangeSets", c.RangeSets, []allocator.StoredRangeSet{
 				v4,
-				set(rng("fd00:1::/64", "fd00:1::1", "fd00:1::ffff:ffff:ffff:ffff", "fd00:1::1")),
+				rangetest.Set(rangetest.Range("fd00:1::/64", "fd00:1::1", "fd00:1::ffff:ffff:ffff:ffff", "fd00:1::1")),
 			})
 		},
 	}, {

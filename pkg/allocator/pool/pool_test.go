@@ -10,22 +10,9 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator/pool"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-)
-
-func rng(subnet, start, end, gw string) allocator.StoredRange {
-	return allocator.StoredRange{Subnet: netip.MustParsePrefix(subnet), Start: netip.MustParseAddr(start),
-		End: netip.MustParseAddr(end), Gateway: netip.MustParseAddr(gw)}
-}
-
-func set(ranges ...allocator.StoredRange) allocator.StoredRangeSet {
-	return allocator.StoredRangeSet{Ranges: ranges}
-}
-
-var (
-	set4 = set(rng("10.0.0.0/29", "10.0.0.1", "10.0.0.6", "10.0.0.1"))
-	set6 = set(rng("fd00::/125", "fd00::1", "fd00::7", "fd00::1"))
 )
 
 func newStore(t *testing.T) *store.Store {
@@ -71,14 +58,14 @@ func mustGet(t *testing.T, s *store.Store, sets []allocator.StoredRangeSet, id s
 
 func TestUsage(t *testing.T) {
 	s := newStore(t)
-	gwOutside := set(rng("10.2.0.0/28", "10.2.0.4", "10.2.0.8", "10.2.0.1"), rng("10.2.1.0/28", "10.2.1.1", "10.2.1.14", "10.2.1.14"))
-	big6 := set(rng("fd01::/64", "fd01::1", "fd01::ffff:ffff:ffff:ffff", "fd01::1"))
-	sets := []allocator.StoredRangeSet{set4, set6, gwOutside, big6}
+	gwOutside := rangetest.Set(rangetest.Range("10.2.0.0/28", "10.2.0.4", "10.2.0.8", "10.2.0.1"), rangetest.Range("10.2.1.0/28", "10.2.1.1", "10.2.1.14", "10.2.1.14"))
+	big6 := rangetest.Set(rangetest.Range("fd01::/64", "fd01::1", "fd01::ffff:ffff:ffff:ffff", "fd01::1"))
+	sets := []allocator.StoredRangeSet{rangetest.Set4, rangetest.Set6, gwOutside, big6}
 	mustGet(t, s, sets, "c1")
 	mustGet(t, s, sets, "c2")
 	update(t, s, func(tx *store.Tx) error {
 		for _, r := range []*allocator.Record{
-			rec("10.0.0.7", "x", "eth0"),  // in set4's subnet, past rangeEnd
+			rec("10.0.0.7", "x", "eth0"),  // in rangetest.Set4's subnet, past rangeEnd
 			rec("10.2.0.2", "x", "eth0"),  // in gwOutside's subnet, before rangeStart
 			rec("10.0.1.1", "x", "eth0"),  // in no range set
 			rec("fd01::1", "x", "eth0"),   // big6's gateway, reserved under an older config
@@ -117,14 +104,14 @@ func TestUsage(t *testing.T) {
 	}
 	// A full pool reports zero free, never a negative count.
 	for i := range 3 {
-		mustGet(t, s, []allocator.StoredRangeSet{set4}, fmt.Sprint("fill-", i))
+		mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, fmt.Sprint("fill-", i))
 	}
 	view(t, s, func(tx *store.Tx) error {
-		u := pool.Measure(tx, []allocator.StoredRangeSet{set4})[0]
+		u := pool.Measure(tx, []allocator.StoredRangeSet{rangetest.Set4})[0]
 		if u.Free().Sign() != 0 || u.Used != 5 {
 			t.Errorf("full pool: used %d free %v, want 5 and 0", u.Used, u.Free())
 		}
-		if full := allocator.FullRangeSets(tx, []allocator.StoredRangeSet{set4}); !slices.Equal(full, []int{0}) {
+		if full := allocator.FullRangeSets(tx, []allocator.StoredRangeSet{rangetest.Set4}); !slices.Equal(full, []int{0}) {
 			t.Errorf("full range sets = %v, want [0]", full)
 		}
 		return nil

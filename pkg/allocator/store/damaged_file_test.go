@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -159,7 +160,7 @@ func TestStoreWithoutAllocsIsUnreadable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustGet(t, s, []allocator.StoredRangeSet{set4}, "a")
+	mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, "a")
 	damage(t, s, func(tx *Tx) error { return tx.btx.DeleteBucket(bucketAllocs) })
 	s.Close()
 	for _, o := range []OpenOptions{{}, {ReadOnly: true}} {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 func TestRecordFromNewerSchemaIsRefused(t *testing.T) {
@@ -50,7 +51,7 @@ func TestRecordFromNewerSchemaIsRefused(t *testing.T) {
 func TestDamagedRecordQuarantine(t *testing.T) {
 	a3 := netip.MustParseAddr("10.0.0.3")
 	s0 := newStore(t)
-	mustGet(t, s0, []allocator.StoredRangeSet{set4}, "b")
+	mustGet(t, s0, []allocator.StoredRangeSet{rangetest.Set4}, "b")
 	var good []byte
 	view(t, s0, func(tx *Tx) error {
 		good = bytes.Clone(tx.allocs.Get(addrKey(netip.MustParseAddr("10.0.0.2"))))
@@ -60,7 +61,7 @@ func TestDamagedRecordQuarantine(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
 			for _, id := range []string{"a", "b", "c"} { // .2 .3 .4
-				mustGet(t, s, []allocator.StoredRangeSet{set4}, id)
+				mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, id)
 			}
 			damage(t, s, func(tx *Tx) error { return tx.allocs.Put(addrKey(a3), bad) })
 			var seen []allocator.DamagedRecord
@@ -91,7 +92,7 @@ func TestDamagedRecordQuarantine(t *testing.T) {
 			})
 			// Fill the pool: .3 is never handed out.
 			for i := range 5 {
-				r := alloc(t, s, []allocator.StoredRangeSet{set4}, fmt.Sprint("n", i), "eth0")
+				r := alloc(t, s, []allocator.StoredRangeSet{rangetest.Set4}, fmt.Sprint("n", i), "eth0")
 				if slices.Contains(r.ips(), "10.0.0.3") {
 					t.Fatalf("ADD handed out the damaged record's address: %v", r.ips())
 				}
@@ -99,7 +100,7 @@ func TestDamagedRecordQuarantine(t *testing.T) {
 			// Even with its bit lost too.
 			damage(t, s, func(tx *Tx) error { return takenBits{tx.taken}.set(a3, false) })
 			release(t, s, "n0", "eth0")
-			if r := alloc(t, s, []allocator.StoredRangeSet{set4}, "late", "eth0"); slices.Contains(r.ips(), "10.0.0.3") {
+			if r := alloc(t, s, []allocator.StoredRangeSet{rangetest.Set4}, "late", "eth0"); slices.Contains(r.ips(), "10.0.0.3") {
 				t.Fatalf("ADD handed out the damaged record's address after its bit was lost: %v", r.ips())
 			}
 			view(t, s, func(tx *Tx) error {
@@ -149,7 +150,7 @@ func TestDamagedRecordSalvagesOwner(t *testing.T) {
 func TestDamagedMetaValuesDoNotBlockRelease(t *testing.T) {
 	s := newStore(t)
 	for _, id := range []string{"a", "b"} {
-		mustGet(t, s, []allocator.StoredRangeSet{set4}, id)
+		mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, id)
 	}
 	update(t, s, func(tx *Tx) error {
 		if err := tx.Audit(allocator.AuditEvent{Time: testTime, Action: "test"}); err != nil {
@@ -188,7 +189,7 @@ func TestDamagedMetaValuesDoNotBlockRelease(t *testing.T) {
 		return nil
 	})
 	// ADD still works and rewrites the range sets.
-	mustGet(t, s, []allocator.StoredRangeSet{set4}, "c")
+	mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, "c")
 	view(t, s, func(tx *Tx) error {
 		if sets, err := tx.RangeSets(); err != nil || len(sets) != 1 {
 			t.Errorf("range sets after an ADD: %v, %v", sets, err)

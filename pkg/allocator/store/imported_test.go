@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // Podman after a switch to hostlease tears containers down with its cached
@@ -20,7 +21,7 @@ func TestReleaseVanishedHostLocal(t *testing.T) {
 	}
 	s := newStore(t)
 	update(t, s, func(tx *Tx) error {
-		n, err := allocator.MigrateOnce(tx, hl, "net1", []allocator.StoredRangeSet{set4}, testTime)
+		n, err := allocator.MigrateOnce(tx, hl, "net1", []allocator.StoredRangeSet{rangetest.Set4}, testTime)
 		if n != 3 {
 			t.Errorf("imported %d", n)
 		}
@@ -70,7 +71,7 @@ func TestReleaseVanishedHostLocal(t *testing.T) {
 		return nil
 	})
 	// An address an imported record had is now an ordinary one: not released.
-	mustGet(t, s, []allocator.StoredRangeSet{set4}, "new", "10.0.0.3")
+	mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, "new", "10.0.0.3")
 	if got := run(); len(got) != 0 {
 		t.Errorf("released %v: not imported", got)
 	}

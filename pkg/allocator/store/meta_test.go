@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 func TestAuditLogBoundedAndOrdered(t *testing.T) {
@@ -106,8 +107,8 @@ func TestLastReservedAndRangeSets(t *testing.T) {
 		t.Fatal(err)
 	}
 	sets := []allocator.StoredRangeSet{
-		set(rng("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"), rng("10.0.1.0/28", "10.0.1.4", "10.0.1.8", "")),
-		set(rng("fd00::/120", "fd00::1", "fd00::ff", "fd00::1")),
+		rangetest.Set(rangetest.Range("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"), rangetest.Range("10.0.1.0/28", "10.0.1.4", "10.0.1.8", "")),
+		rangetest.Set(rangetest.Range("fd00::/120", "fd00::1", "fd00::ff", "fd00::1")),
 	}
 	update(t, s, func(tx *Tx) error {
 		if _, ok := tx.LastReserved(0); ok {
@@ -165,7 +166,7 @@ func TestMigrateOnceRunsOnce(t *testing.T) {
 	os.MkdirAll(hl, 0o755)
 	os.WriteFile(filepath.Join(hl, "10.0.0.5"), []byte("c1\r\neth0"), 0o600)
 	path := FilePath(dir, "net1")
-	sets := []allocator.StoredRangeSet{set(rng("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"))}
+	sets := []allocator.StoredRangeSet{rangetest.Set(rangetest.Range("10.0.0.0/28", "10.0.0.1", "10.0.0.14", "10.0.0.1"))}
 	now := time.Unix(1700000000, 0).UTC()
 	migrate := func() int {
 		s, err := Open(path, OpenOptions{Create: true})

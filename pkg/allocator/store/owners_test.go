@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // TestOwnersIndexCollisions: the owners index is keyed by a hash of the
@@ -215,7 +216,7 @@ func TestNeedScan(t *testing.T) {
 // found by the counts.
 func TestReleaseLargeStore(t *testing.T) {
 	s := newStore(t)
-	big := set(rng("10.1.0.0/20", "10.1.0.1", "10.1.15.254", "10.1.0.1"))
+	big := rangetest.Set(rangetest.Range("10.1.0.0/20", "10.1.0.1", "10.1.15.254", "10.1.0.1"))
 	update(t, s, func(tx *Tx) error {
 		ip := netip.MustParseAddr("10.1.0.1")
 		for i := range scanAlwaysBelow + 10 {
@@ -278,7 +279,7 @@ func TestReleaseFindsRecordsWhenTheOwnerIndexIsWrong(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			for _, id := range []string{"a", "b", "c"} {
-				mustGet(t, s, []allocator.StoredRangeSet{set4}, id)
+				mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, id)
 			}
 			damage(t, s, tc.damage)
 			// The owner an entry is misfiled under gets nothing of b's.

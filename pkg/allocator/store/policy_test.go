@@ -11,32 +11,14 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // Helpers that run the allocation policy (package allocator) on a real
 // store: the store's tests prove that the policy's writes keep the derived
 // indexes in step and that damage never loses an allocation.
 
-var (
-	// host-local's canonical forms of 10.0.0.0/29 and fd00::/125: the gateway
-	// is rangeStart, so .2-.6 and ::2-::7 are allocatable.
-	set4     = set(rng("10.0.0.0/29", "10.0.0.1", "10.0.0.6", "10.0.0.1"))
-	set6     = set(rng("fd00::/125", "fd00::1", "fd00::7", "fd00::1"))
-	testTime = time.Unix(1700000000, 0).UTC()
-)
-
-// rng builds a canonical range the way host-local canonicalises one.
-func rng(subnet, start, end, gw string) allocator.StoredRange {
-	r := allocator.StoredRange{Subnet: netip.MustParsePrefix(subnet), Start: netip.MustParseAddr(start), End: netip.MustParseAddr(end)}
-	if gw != "" {
-		r.Gateway = netip.MustParseAddr(gw)
-	}
-	return r
-}
-
-func set(ranges ...allocator.StoredRange) allocator.StoredRangeSet {
-	return allocator.StoredRangeSet{Ranges: ranges}
-}
+var testTime = time.Unix(1700000000, 0).UTC()
 
 func eq[T any](t *testing.T, what string, got, want T) {
 	t.Helper()
@@ -118,7 +100,7 @@ func TestPolicyKeepsIndexes(t *testing.T) {
 		})
 	}
 	for _, id := range []string{"c1", "c2", "c3", "c4"} {
-		mustGet(t, s, []allocator.StoredRangeSet{set4, set6}, id)
+		mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4, rangetest.Set6}, id)
 	}
 	check("after ADDs")
 	eq(t, "DEL c2", release(t, s, "c2", "eth0"), []string{"10.0.0.3", "fd00::3"})
@@ -140,7 +122,7 @@ func TestPolicyKeepsIndexes(t *testing.T) {
 		}
 	}
 	update(t, s, func(tx *Tx) error {
-		_, err := allocator.ImportHostLocal(tx, dir, "net1", []allocator.StoredRangeSet{set4}, testTime)
+		_, err := allocator.ImportHostLocal(tx, dir, "net1", []allocator.StoredRangeSet{rangetest.Set4}, testTime)
 		return err
 	})
 	check("after an import")
@@ -166,7 +148,7 @@ func TestPolicyKeepsIndexes(t *testing.T) {
 // and the round-robin point and range sets are stored with them.
 func TestAllocatedRecordReadsBack(t *testing.T) {
 	s := newStore(t)
-	req := allocator.AllocateRequest{Network: "net1", RangeSets: []allocator.StoredRangeSet{set4, set6}, Now: testTime,
+	req := allocator.AllocateRequest{Network: "net1", RangeSets: []allocator.StoredRangeSet{rangetest.Set4, rangetest.Set6}, Now: testTime,
 		Owner: allocator.Owner{ContainerID: "abc", IfName: "eth1", Netns: "/var/run/netns/abc", PodNamespace: "ns", PodName: "pod-abc", PodUID: "uid-abc"}}
 	var got []*allocator.Record
 	update(t, s, func(tx *Tx) error {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -77,11 +78,11 @@ func TestDamagedBitmapBlocks(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
 			for _, id := range []string{"a", "b", "c"} {
-				mustGet(t, s, []allocator.StoredRangeSet{set4}, id)
+				mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, id)
 			}
 			update(t, s, func(tx *Tx) error { return tx.meta.Delete(lastReservedKey(0)) })
 			damage(t, s, dmg)
-			got := mustGet(t, s, []allocator.StoredRangeSet{set4}, "d")
+			got := mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, "d")
 			if slices.Contains([]string{"10.0.0.2", "10.0.0.3", "10.0.0.4"}, got[0]) {
 				t.Fatalf("ADD handed out %s, held by another container", got[0])
 			}
@@ -114,7 +115,7 @@ func TestAllocateNeverTakesARecordedAddress(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			for _, id := range []string{"a", "b", "c"} {
-				mustGet(t, s, []allocator.StoredRangeSet{set4}, id)
+				mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, id)
 			}
 			// Free .2 so round robin (last reserved .4) moves on to .5, then
 			// wraps; reset the round-robin point so the next ADD starts at .2.
@@ -127,7 +128,7 @@ func TestAllocateNeverTakesARecordedAddress(t *testing.T) {
 				}
 				return nil
 			})
-			got := mustGet(t, s, []allocator.StoredRangeSet{set4}, "d")
+			got := mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, "d")
 			if slices.Contains([]string{"10.0.0.2", "10.0.0.3", "10.0.0.4"}, got[0]) {
 				t.Fatalf("ADD handed out %s, held by another container", got[0])
 			}
@@ -150,9 +151,9 @@ func TestAllocateNeverTakesARecordedAddress(t *testing.T) {
 // A requested address with a record is unavailable even when its bit is lost.
 func TestAllocateRequestedChecksTheRecord(t *testing.T) {
 	s := newStore(t)
-	mustGet(t, s, []allocator.StoredRangeSet{set4}, "a", "10.0.0.4")
+	mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, "a", "10.0.0.4")
 	damage(t, s, func(tx *Tx) error { return takenBits{tx.taken}.set(netip.MustParseAddr("10.0.0.4"), false) })
-	r := alloc(t, s, []allocator.StoredRangeSet{set4}, "b", "eth0", "10.0.0.4")
+	r := alloc(t, s, []allocator.StoredRangeSet{rangetest.Set4}, "b", "eth0", "10.0.0.4")
 	if r.err == nil || r.err.Code != allocator.ErrAddressUnavailable {
 		t.Fatalf("requesting a recorded address whose bit was lost: %v %v", r.ips(), r.err)
 	}
@@ -184,7 +185,7 @@ func TestIndexesAgree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			for _, id := range []string{"a", "b", "c"} {
-				mustGet(t, s, []allocator.StoredRangeSet{set4}, id)
+				mustGet(t, s, []allocator.StoredRangeSet{rangetest.Set4}, id)
 			}
 			damage(t, s, tc.damage)
 			view(t, s, func(tx *Tx) error {

@@ -15,6 +15,9 @@ import (
 // repository, and a newer one would be misread.
 const SchemaVersion = 2
 
+// init is a read-write open's check: the length (length.go), the schema
+// (checkSchema), and whether every bucket and the records count are there;
+// initialise creates what is missing.
 func (s *Store) init() (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverCorrupt(&err, s.path)
