@@ -124,7 +124,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 			}
 			switch d.Action {
 			case Reclaim:
-				why := allocator.Why{Action: "reclaim", Reason: string(d.Reason) + ": " + d.Detail, By: "hostlease-gc"}
+				why := allocator.Why{Action: allocator.AuditReclaim, Reason: string(d.Reason) + ": " + d.Detail, By: "hostlease-gc"}
 				if err := allocator.ReleaseRecord(tx, cur, why, now); err != nil {
 					return err
 				}

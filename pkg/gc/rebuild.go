@@ -159,7 +159,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		if len(unattributed) > 0 {
 			why += fmt.Sprintf("; owner unknown (kept reserved, reclaimed by the usual rules unless a sandbox uses them): %v", unattributed)
 		}
-		return tx.Audit(allocator.AuditEvent{Time: now, Action: "rebuild", By: "hostlease-gc", Reason: why})
+		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: "hostlease-gc", Reason: why})
 	})
 	if cerr := st.Close(); err == nil {
 		err = cerr
