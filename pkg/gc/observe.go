@@ -13,7 +13,7 @@ import (
 )
 
 // This file is the sweep's observe stage: it reads the stores, CRI and the
-// node into the sweep's report and logs nothing (report does).
+// node into the sweep's report; what it finds is logged by report.
 
 // verifyEvery is how often (in sweeps) the derived indexes are verified
 // against the records: every 10th sweep, 5 minutes at the default interval.

@@ -112,8 +112,8 @@ type NetworkReport struct {
 	Verdict NetworkVerdict
 	// ReReserve is what the CRI → store reconciliation found (Reconcile).
 	ReReserve []ReReserve
-	rebuild   bool
-	plan      storePlan
+	rebuild   bool      // set the unreadable store aside and rebuild it
+	plan      storePlan // what act writes (empty in a dry run)
 
 	// Done.
 	Reclaimed  []ReclaimedRecord
@@ -125,14 +125,14 @@ type NetworkReport struct {
 	HostLocalReleased []*allocator.Record
 	// IndexRepair is the repair of the derived indexes this sweep made.
 	IndexRepair allocator.IndexRepair
-	rebuildErr  error
-	rebuiltN    int
-	writeFailed bool
-	storeErrors []storeError
+	rebuildErr  error        // why the planned rebuild failed
+	rebuiltN    int          // records the rebuilt store holds
+	writeFailed bool         // Err is the write's, after a read that worked
+	storeErrors []storeError // every store error met (read, write), for metrics
 }
 
-// ReclaimedRecord is one address a sweep released, as the record was under the write
-// lock, with the decision's reason.
+// ReclaimedRecord is one address a sweep released, as the record was under
+// the write lock, with the decision's reason.
 type ReclaimedRecord struct {
 	*allocator.Record
 	Reason Reason
