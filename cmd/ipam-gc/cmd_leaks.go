@@ -86,7 +86,7 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 			}
 			r := d.Record
 			rows = append(rows, gc.LeakRow{Network: nr.Network, IP: r.IP.String(), Pod: r.PodRef(), Sandbox: r.ContainerID,
-				State: string(r.State), Age: age(now.Sub(r.Created)), Verdict: verdict, Reason: d.Reason, Detail: d.Detail})
+				State: string(r.State), Age: age(now.Sub(r.Created)), Verdict: verdict, Reason: string(d.Reason), Detail: d.Detail})
 		}
 	}
 	if !rep.CRI.Complete {

@@ -48,7 +48,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 				if r.State == allocator.StatePending {
 					row.Pending++
 				}
-				if r.Obs.Misses > 0 {
+				if gc.IsLeakCandidate(r.Obs) {
 					row.LeakCandidates++
 				}
 			}

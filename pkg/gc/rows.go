@@ -38,8 +38,8 @@ type PoolRow struct {
 	Used     int         `json:"used"`
 	Free     json.Number `json:"free,omitempty"`
 	Pending  int         `json:"pending"`
-	// LeakCandidates counts the range set's leak candidates as `status`
-	// judges them from the stored records.
+	// LeakCandidates counts the range set's records that are leak
+	// candidates by their stored observation (IsLeakCandidate).
 	LeakCandidates int    `json:"leakCandidates"`
 	Exhaustions    uint64 `json:"exhaustions"`
 	Damaged        int    `json:"damaged"`
