@@ -1,16 +1,15 @@
 package deploy_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/hostlease/hostlease/internal/gcproc"
+	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -25,11 +24,8 @@ func TestMetricNamesInRunningDaemon(t *testing.T) {
 		t.Skip("builds and runs the binaries")
 	}
 	bin := t.TempDir()
-	for pkg, name := range map[string]string{"../cmd/ipam": "hostlease", "../cmd/ipam-gc": "hostlease-gc"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	if err := testbin.Build(bin, map[string]string{"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC}); err != nil {
+		t.Fatal(err)
 	}
 	data := t.TempDir()
 	conf := `{"cniVersion":"1.1.0","name":"metrics-net","type":"bridge","ipam":{"type":"hostlease","dataDir":"` + data +
@@ -45,34 +41,13 @@ func TestMetricNamesInRunningDaemon(t *testing.T) {
 		}
 	}
 
-	daemon := exec.Command(filepath.Join(bin, "hostlease-gc"), "run", "--no-api", "--data-dir", data,
-		"--cri-endpoint", "unix://"+filepath.Join(data, "no-runtime.sock"), "--interval", "1h",
-		"--metrics-addr", "127.0.0.1:0", "--log-format", "json")
-	logs, err := daemon.StderrPipe()
+	daemon, err := gcproc.Start(filepath.Join(bin, "hostlease-gc"), []string{"run", "--no-api", "--data-dir", data,
+		"--cri-endpoint", "unix://" + filepath.Join(data, "no-runtime.sock"), "--interval", "1h",
+		"--metrics-addr", "127.0.0.1:0", "--log-format", "json"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = daemon.Process.Kill(); _ = daemon.Wait() })
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(logs)
-		for sc.Scan() {
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving metrics" {
-				addr <- line.Addr
-			}
-		}
-	}()
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a + "/metrics"
-	case <-time.After(30 * time.Second):
-		t.Fatal("hostlease-gc did not say where it serves metrics")
-	}
+	t.Cleanup(func() { daemon.Stop() })
 
 	used := map[string]string{}
 	for _, r := range loadRules(t) {
@@ -87,25 +62,13 @@ func TestMetricNamesInRunningDaemon(t *testing.T) {
 		}
 	}
 	// The start sweep fails to reach the runtime but still exports the
-	// network's series. A scrape is not atomic across collectors, so one taken
-	// while that sweep is exporting can miss some: poll until every name a
-	// rule or panel uses is served, or the deadline passes.
-	var families map[string]bool
-	missing := func() []string {
-		var out []string
-		for n := range used {
-			if n != "up" && !families[n] {
-				out = append(out, n)
-			}
-		}
-		return out
+	// network's series; it logs "sweep finished" after its metrics are
+	// exported (with --interval 1h no other sweep runs), so the scrape after
+	// that line serves every series it exports.
+	if err := daemon.Wait("the start sweep", func() bool { return len(daemon.Entries("sweep finished")) > 0 }); err != nil {
+		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		families = scrapeNames(t, url)
-		if len(missing()) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+	families := scrapeNames(t, "http://"+daemon.Addr+"/metrics")
 	for n, where := range used {
 		if n != "up" && !families[n] {
 			t.Errorf("%s uses %s, which the running hostlease-gc does not serve", where, n)

@@ -83,7 +83,7 @@ func newChain(t *testing.T, env *harness.Env, subnet string) *chain {
 		t.Fatal(err)
 	}
 	env.WriteConflist("10-"+c.Network, b)
-	env.WaitNetworkReady(c.Network, 30*time.Second)
+	env.WaitNetworkReady(c.Network, hangGuard)
 	return c
 }
 
@@ -418,7 +418,7 @@ func TestEnvRestartKeepsSandbox(t *testing.T) {
 	start := time.Now()
 	env.Restart()
 	t.Logf("containerd restart took %v", time.Since(start).Round(time.Millisecond))
-	env.WaitNetworkReady(c.Network, 30*time.Second)
+	env.WaitNetworkReady(c.Network, hangGuard)
 	st, after, err := env.PodSandboxStatus(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -458,13 +458,9 @@ func TestEnvCrashDuringAdd(t *testing.T) {
 		errc <- err
 	}()
 	// host-local has run once its lease file exists; the failplugin holds.
-	deadline := time.Now().Add(time.Minute)
-	for len(c.leases(t)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no host-local lease while ADD should be in flight\n%s", env.LogTail(30))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "a host-local lease while ADD is in flight", func() (bool, string) {
+		return len(c.leases(t)) != 0, env.LogTail(30)
+	})
 	lease := keys(c.leases(t))
 	list, err := env.ListPodSandbox(ctx)
 	if err != nil {
@@ -481,7 +477,7 @@ func TestEnvCrashDuringAdd(t *testing.T) {
 	}
 	os.Remove(c.HoldAdd)
 	env.Start()
-	env.WaitNetworkReady(c.Network, 30*time.Second)
+	env.WaitNetworkReady(c.Network, hangGuard)
 
 	list, err = env.ListPodSandbox(ctx)
 	if err != nil {

@@ -75,7 +75,7 @@ func TestScenario4LivePodsUnderChurn(t *testing.T) {
 	t.Logf("%d failing attempts in %v; at most %d leaked addresses held at once; %.0f sweeps so far",
 		attempts, time.Since(start).Round(time.Millisecond), maxHeld, sweeps(t, d))
 
-	took := waitFor(t, 2*time.Minute, "every leak reclaimed", func() (bool, string) {
+	took := waitFor(t, "every leak reclaimed", func() (bool, string) {
 		checkLive("while the leaks drain")
 		recs := n.records(t)
 		return len(recs) == livePods, describe(recs)
@@ -107,7 +107,7 @@ func TestScenario4LivePodsUnderChurn(t *testing.T) {
 		}
 	}
 	// The metrics are updated at the end of the sweep that wrote the store.
-	m := waitMetrics(t, d, time.Minute, "metrics show every reclaim", func(m harness.MetricSet) bool {
+	m := waitMetrics(t, d, "metrics show every reclaim", func(m harness.MetricSet) bool {
 		rec, _ := m.Sum("hostlease_reclaims_total", "network", n.Network)
 		committed, _ := m.Sum("hostlease_allocations", "network", n.Network, "state", "committed")
 		return rec == float64(attempts) && committed == livePods

@@ -21,6 +21,7 @@ import (
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/gc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -93,7 +94,7 @@ func newNet(t *testing.T, env *harness.Env, o netOpts) *testNet {
 	}
 	n.File = "10-" + n.Network + ".conflist"
 	env.WriteConflist(n.File, n.conflist())
-	env.WaitNetworkReady(n.Network, 30*time.Second)
+	env.WaitNetworkReady(n.Network, hangGuard)
 	return n
 }
 
@@ -186,9 +187,16 @@ func (n *testNet) records(t *testing.T) []*allocator.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []*allocator.Record
-	if err := json.Unmarshal(out, &recs); err != nil {
-		t.Fatalf("hostlease-gc list -o json: %v\n%s", err, out)
+	list, damaged, err := gc.DecodeList(out)
+	if err != nil {
+		t.Fatalf("hostlease-gc list -o json does not decode into its rows: %v\n%s", err, out)
+	}
+	if len(damaged) != 0 {
+		t.Fatalf("hostlease-gc list -o json: damaged records %+v", damaged)
+	}
+	recs := make([]*allocator.Record, len(list))
+	for i := range list {
+		recs[i] = &list[i]
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].IP.Less(recs[j].IP) })
 	return recs
@@ -203,42 +211,40 @@ func byIP(recs []*allocator.Record) map[string]*allocator.Record {
 	return m
 }
 
-// poolRow is one line of `hostlease-gc status -o json`.
-type poolRow struct {
-	Network     string  `json:"network"`
-	RangeSet    int     `json:"rangeSet"`
-	Ranges      string  `json:"ranges"`
-	Size        float64 `json:"size"`
-	Used        int     `json:"used"`
-	Free        float64 `json:"free"`
-	Pending     int     `json:"pending"`
-	Candidates  int     `json:"leakCandidates"`
-	Exhaustions uint64  `json:"exhaustions"`
-	Error       string  `json:"error,omitempty"`
+// pool is one range set of a network, as `hostlease-gc status -o json` shows
+// it, with its sizes as numbers.
+type pool struct {
+	gc.PoolRow
+	Size, Free float64
 }
 
 // pool returns the network's range set 0 from `hostlease-gc status -o json`.
-func (n *testNet) pool(t *testing.T) poolRow {
+func (n *testNet) pool(t *testing.T) pool {
 	t.Helper()
 	out, err := n.env.GC("status", "-o", "json", "--data-dir", n.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []poolRow
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("hostlease-gc status -o json: %v\n%s", err, out)
+	rows, err := gc.DecodeRows[gc.PoolRow](out)
+	if err != nil {
+		t.Fatalf("hostlease-gc status -o json does not decode into its rows: %v\n%s", err, out)
 	}
 	for _, r := range rows {
 		if r.Network == n.Network && r.RangeSet == 0 {
-			return r
+			size, err1 := r.Size.Float64()
+			free, err2 := r.Free.Float64()
+			if err1 != nil || err2 != nil {
+				t.Fatalf("hostlease-gc status: size %q free %q are not numbers", r.Size, r.Free)
+			}
+			return pool{PoolRow: r, Size: size, Free: free}
 		}
 	}
 	t.Fatalf("hostlease-gc status has no range set 0 for %s: %s", n.Network, out)
-	return poolRow{}
+	return pool{}
 }
 
-// audit reads the store's audit log (the CLI has no view of it) with a short
-// read-only open, as the daemon does.
+// audit reads the network's audit log, oldest first, through
+// `hostlease-gc audit -o json` (a short read-only open, as the daemon does).
 func (n *testNet) audit(t *testing.T) []allocator.AuditEvent {
 	t.Helper()
 	evs, err := n.readAudit()
@@ -251,18 +257,19 @@ func (n *testNet) audit(t *testing.T) []allocator.AuditEvent {
 // readAudit is audit returning the error, for polling a store that may be
 // being created.
 func (n *testNet) readAudit() ([]allocator.AuditEvent, error) {
-	s, err := store.Open(n.StorePath(), store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	out, err := n.env.GC("audit", "-o", "json", "--limit", "100000", "--data-dir", n.DataDir, "--network", n.Network)
 	if err != nil {
-		return nil, fmt.Errorf("open store for its audit log: %w", err)
+		return nil, err
 	}
-	defer s.Close()
-	var evs []allocator.AuditEvent
-	err = s.View(func(tx *store.Tx) error {
-		var err error
-		evs, err = tx.AuditLog(10000)
-		return err
-	})
-	return evs, err
+	rows, err := gc.DecodeRows[gc.AuditRow](out)
+	if err != nil {
+		return nil, fmt.Errorf("hostlease-gc audit -o json does not decode into its rows: %w\n%s", err, out)
+	}
+	evs := make([]allocator.AuditEvent, len(rows))
+	for i, r := range rows {
+		evs[i] = r.AuditEvent
+	}
+	return evs, nil
 }
 
 // auditReason is the reason code of an audit event ("netns_gone" of
@@ -286,11 +293,11 @@ func (n *testNet) reclaims(t *testing.T) []allocator.AuditEvent {
 }
 
 // waitReclaims waits until the audit log holds exactly want reclaims (more
-// fails at once) and returns them; timeout is a hang guard.
-func (n *testNet) waitReclaims(t *testing.T, want int, timeout time.Duration, why func() string) []allocator.AuditEvent {
+// fails at once) and returns them.
+func (n *testNet) waitReclaims(t *testing.T, want int, why func() string) []allocator.AuditEvent {
 	t.Helper()
 	var evs []allocator.AuditEvent
-	waitFor(t, timeout, fmt.Sprintf("%d reclaims in the audit log", want), func() (bool, string) {
+	waitFor(t, fmt.Sprintf("%d reclaims in the audit log", want), func() (bool, string) {
 		evs = n.reclaims(t)
 		if len(evs) > want {
 			t.Fatalf("the audit log holds %d reclaims, more than the %d leaks: %+v", len(evs), want, evs)
@@ -303,10 +310,10 @@ func (n *testNet) waitReclaims(t *testing.T, want int, timeout time.Duration, wh
 // waitEvents waits until the daemon's log holds at least want records with
 // message msg and returns them: the log is written after the store, so a
 // test that narrates the daemon's log lines waits for them here.
-func waitEvents(t *testing.T, d *harness.Daemon, msg string, want int, timeout time.Duration) []map[string]any {
+func waitEvents(t *testing.T, d *harness.Daemon, msg string, want int) []map[string]any {
 	t.Helper()
 	var evs []map[string]any
-	waitFor(t, timeout, fmt.Sprintf("%d %q lines in hostlease-gc's log", want, msg), func() (bool, string) {
+	waitFor(t, fmt.Sprintf("%d %q lines in hostlease-gc's log", want, msg), func() (bool, string) {
 		evs = d.Events(msg)
 		return len(evs) >= want, d.LogTail(5)
 	})
@@ -315,10 +322,10 @@ func waitEvents(t *testing.T, d *harness.Daemon, msg string, want int, timeout t
 
 // waitMetrics waits until cond holds for a scrape and returns that scrape:
 // the daemon updates its metrics at the end of a sweep, after the store.
-func waitMetrics(t *testing.T, d *harness.Daemon, timeout time.Duration, what string, cond func(harness.MetricSet) bool) harness.MetricSet {
+func waitMetrics(t *testing.T, d *harness.Daemon, what string, cond func(harness.MetricSet) bool) harness.MetricSet {
 	t.Helper()
 	var m harness.MetricSet
-	waitFor(t, timeout, what, func() (bool, string) {
+	waitFor(t, what, func() (bool, string) {
 		m = metrics(t, d)
 		return cond(m), m.Raw
 	})
@@ -448,19 +455,25 @@ func (n *testNet) execPlugin(t *testing.T, verb, containerID, netns string) (str
 	return string(out), err
 }
 
+// hangGuard bounds every wait of these scenarios: a guard against a hung
+// test, not an assertion. What a scenario asserts is that events happen and
+// in which order (audit log, daemon log, metrics), never how fast.
+const hangGuard = 3 * time.Minute
+
 // waitFor polls cond every 50ms until it holds and returns how long that
-// took; after timeout it fails the test with what cond last said.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+// took (for the narration only); if cond does not hold within hangGuard the
+// test fails as hung with what cond last said.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(timeout)
+	deadline := start.Add(hangGuard)
 	for {
 		ok, last := cond()
 		if ok {
 			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached after %v; last: %s", what, timeout, last)
+			t.Fatalf("hung: %s did not happen within the %v hang guard; last: %s", what, hangGuard, last)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -84,7 +84,7 @@ func TestScenario8TruncatedStore(t *testing.T) {
 	// Wait for the end state asserted below: the file set aside and a new
 	// store whose audit log records the rebuild (written with its records).
 	var aside []string
-	waitFor(t, time.Minute, "store set aside and rebuilt", func() (bool, string) {
+	waitFor(t, "store set aside and rebuilt", func() (bool, string) {
 		aside, _ = filepath.Glob(n.StorePath() + ".corrupt-*")
 		if len(aside) != 1 {
 			return false, d.LogTail(5)
@@ -116,7 +116,7 @@ func TestScenario8TruncatedStore(t *testing.T) {
 	if !rebuilt {
 		t.Errorf("the rebuilt store's audit log has no rebuild event")
 	}
-	waitMetrics(t, d, time.Minute, "hostlease_stores_rebuilt_total 1", func(m harness.MetricSet) bool {
+	waitMetrics(t, d, "hostlease_stores_rebuilt_total 1", func(m harness.MetricSet) bool {
 		r, _ := m.Sum("hostlease_stores_rebuilt_total", "network", n.Network)
 		return r == 1
 	})

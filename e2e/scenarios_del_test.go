@@ -89,7 +89,7 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 			errc <- err
 		}()
 		var leaked *allocator.Record
-		waitFor(t, time.Minute, "IPAM reserved an address for the in-flight ADD", func() (bool, string) {
+		waitFor(t, "IPAM reserved an address for the in-flight ADD", func() (bool, string) {
 			recs := n.records(t)
 			if len(recs) == 1 {
 				leaked = recs[0]
@@ -102,7 +102,7 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 		}
 		n.remove(t, n.HoldAdd)
 		env.Start()
-		env.WaitNetworkReady(n.Network, 30*time.Second)
+		env.WaitNetworkReady(n.Network, hangGuard)
 		list, err := env.ListPodSandbox(context.Background())
 		if err != nil || len(list) != 1 || list[0].Id != leaked.ContainerID {
 			t.Fatalf("after the restart CRI lists %v (%v); want the crashed sandbox %.12s", list, err, leaked.ContainerID)
@@ -142,7 +142,7 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 		d := env.StartDaemon(harness.DaemonOptions{DataDir: n.DataDir, Args: []string{
 			"--interval", "1s", "--misses", "2", "--grace", "1s", "--min-age", "2s", "--netns-grace", "1s", "--max-reclaim-fraction", "1"}})
 		if leaks == 1 {
-			evs := n.waitReclaims(t, 1, 2*time.Minute, func() string { return describe(n.records(t)) + "\n" + d.LogTail(10) })
+			evs := n.waitReclaims(t, 1, func() string { return describe(n.records(t)) + "\n" + d.LogTail(10) })
 			if evs[0].IP != leaked.IP || evs[0].ContainerID != leaked.ContainerID {
 				t.Errorf("audit: reclaimed %s of sandbox %.12s; want exactly the crash leak %s", evs[0].IP, evs[0].ContainerID, leaked.IP)
 			}
@@ -152,7 +152,7 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 			// Nothing leaked: after more sweeps than any reclaim needs with
 			// these flags (misses 2, grace 1s, min-age 2s), none happened.
 			sw0 := sweeps(t, d)
-			waitFor(t, time.Minute, "5 more sweeps", func() (bool, string) {
+			waitFor(t, "5 more sweeps", func() (bool, string) {
 				sw := sweeps(t, d)
 				return sw >= sw0+5, fmt.Sprintf("%.0f sweeps", sw)
 			})
@@ -205,7 +205,7 @@ func TestScenario5DelAfterIncompleteAdd(t *testing.T) {
 		// More sweeps than a reclaim would need with these flags; the record
 		// is judged stale each time and kept.
 		sw0 := sweeps(t, d)
-		waitFor(t, time.Minute, "3 sweeps judged the record stale", func() (bool, string) {
+		waitFor(t, "3 sweeps judged the record stale", func() (bool, string) {
 			recs := n.records(t)
 			stale := len(recs) == 1 && recs[0].Obs.Verdict == "stale"
 			return stale && sweeps(t, d) >= sw0+3, describe(recs)

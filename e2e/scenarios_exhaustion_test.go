@@ -110,7 +110,7 @@ func TestScenario6Exhaustion(t *testing.T) {
 	}
 	kickAt := fi.ModTime()
 	t.Logf("attempt %d: RunPodSandbox failed with hostlease's exhaustion error; .kick touched", pod.Attempt+1)
-	evs := n.waitReclaims(t, 3, 2*time.Minute, func() string { return describe(n.records(t)) + "\n" + d.LogTail(10) })
+	evs := n.waitReclaims(t, 3, func() string { return describe(n.records(t)) + "\n" + d.LogTail(10) })
 	for _, ev := range evs {
 		if ev.Time.Before(kickAt) {
 			t.Errorf("reclaim of %s at %v, before the kick at %v", ev.IP, ev.Time, kickAt)
@@ -130,7 +130,7 @@ func TestScenario6Exhaustion(t *testing.T) {
 	// 8. kubelet retries with backoff; the retry succeeds.
 	pod.Attempt++
 	var ip string
-	waitFor(t, time.Minute, "a kubelet-style retry succeeds", func() (bool, string) {
+	waitFor(t, "a kubelet-style retry succeeds", func() (bool, string) {
 		sid, err := env.RunPodSandbox(ctx, pod)
 		if err != nil {
 			time.Sleep(500 * time.Millisecond) // kubelet's backoff between attempts
@@ -144,7 +144,7 @@ func TestScenario6Exhaustion(t *testing.T) {
 	t.Logf("retry (attempt %d) READY with %s, %v after the exhaustion failure", pod.Attempt+1, ip, time.Since(failedAt).Round(time.Millisecond))
 
 	// 9. Metrics of the kick sweep (updated at its end, after the store).
-	m := waitMetrics(t, d, time.Minute, "metrics of the kick sweep", func(m harness.MetricSet) bool {
+	m := waitMetrics(t, d, "metrics of the kick sweep", func(m harness.MetricSet) bool {
 		rec, _ := m.Sum("hostlease_reclaims_total", "network", n.Network)
 		sw, _ := m.Sum("hostlease_sweeps_total")
 		return rec == 3 && sw == 2
@@ -165,7 +165,7 @@ func TestScenario6Exhaustion(t *testing.T) {
 // long that took.
 func waitStatus(t *testing.T, env *harness.Env, ready bool, contains string) time.Duration {
 	t.Helper()
-	return waitFor(t, 30*time.Second, "NetworkReady change", func() (bool, string) {
+	return waitFor(t, "NetworkReady change", func() (bool, string) {
 		cond, info, err := env.Status(context.Background())
 		if err != nil {
 			return false, err.Error()

@@ -85,7 +85,7 @@ func TestScenario7Restarts(t *testing.T) {
 	// The first miss is counted by the start sweep, after the process started.
 	firstSweep := d.Started()
 	t.Logf("hostlease-gc %s", strings.Join(args, " "))
-	waitFor(t, time.Minute, "the daemon has seen the leaks", func() (bool, string) {
+	waitFor(t, "the daemon has seen the leaks", func() (bool, string) {
 		m := leakMisses("first sweeps")
 		return m[0] >= 1 && m[1] >= 1, fmt.Sprint(m)
 	})
@@ -96,7 +96,7 @@ func TestScenario7Restarts(t *testing.T) {
 	d.Stop()
 	start := time.Now()
 	env.Restart()
-	env.WaitNetworkReady(n.Network, 30*time.Second)
+	env.WaitNetworkReady(n.Network, hangGuard)
 	t.Logf("hostlease-gc stopped (leak misses %v); containerd restarted in %v", m1, time.Since(start).Round(time.Millisecond))
 	for id, ip := range live {
 		st, ips, err := env.PodSandboxStatus(ctx, id)
@@ -121,7 +121,7 @@ func TestScenario7Restarts(t *testing.T) {
 	var criErrors float64
 	// containerd stays down until the daemon has failed to list CRI in two
 	// sweeps and said it reclaims nothing (the deadline is a hang guard).
-	waitFor(t, time.Minute, "two cri_error sweeps while containerd is down", func() (bool, string) {
+	waitFor(t, "two cri_error sweeps while containerd is down", func() (bool, string) {
 		checkLive("during the containerd outage")
 		leakMisses("during the containerd outage")
 		criErrors = metric(t, d, "hostlease_sweeps_total", "result", "cri_error") - criErrors0
@@ -133,10 +133,10 @@ func TestScenario7Restarts(t *testing.T) {
 	t.Logf("containerd down for %v: %.0f sweeps failed to list CRI and reclaimed nothing; leak misses %v",
 		time.Since(outageStart).Round(time.Millisecond), criErrors, m3)
 	env.Start()
-	env.WaitNetworkReady(n.Network, 30*time.Second)
+	env.WaitNetworkReady(n.Network, hangGuard)
 
 	// The leaks are still reclaimed, not before the grace, and nothing else is.
-	took := waitFor(t, 2*time.Minute, "the leaks reclaimed after the restarts", func() (bool, string) {
+	took := waitFor(t, "the leaks reclaimed after the restarts", func() (bool, string) {
 		checkLive("while waiting for the reclaims")
 		recs := n.records(t)
 		return len(recs) == len(live), describe(recs)

@@ -229,10 +229,7 @@ func damageRecord(t *testing.T, path string, ip netip.Addr, value []byte) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	key := append([]byte{6}, ip.AsSlice()...)
-	if ip.Is4() {
-		key[0] = 4
-	}
+	key := recordKey(ip)
 	if err := db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("allocs"))
 		if b == nil || b.Get(key) == nil {
@@ -244,6 +241,15 @@ func damageRecord(t *testing.T, path string, ip netip.Addr, value []byte) {
 	}
 }
 
+// recordKey is the allocs bucket's key of ip: a family byte (4 or 6), then
+// the address bytes.
+func recordKey(ip netip.Addr) []byte {
+	if ip.Is4() {
+		return append([]byte{4}, ip.AsSlice()...)
+	}
+	return append([]byte{6}, ip.AsSlice()...)
+}
+
 // storedValue is the raw stored value of ip's record.
 func storedValue(t *testing.T, path string, ip netip.Addr) []byte {
 	t.Helper()
@@ -252,10 +258,7 @@ func storedValue(t *testing.T, path string, ip netip.Addr) []byte {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	key := append([]byte{6}, ip.AsSlice()...)
-	if ip.Is4() {
-		key[0] = 4
-	}
+	key := recordKey(ip)
 	var v []byte
 	_ = db.View(func(tx *bolt.Tx) error {
 		v = bytes.Clone(tx.Bucket([]byte("allocs")).Get(key))

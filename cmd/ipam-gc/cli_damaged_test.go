@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,28 +17,29 @@ import (
 	"github.com/hostlease/hostlease/internal/fakecri"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 // listEntry is one element of `list -o json`: a record, or a damaged record
-// (state "damaged" with its decode error).
+// (state "damaged" with its decode error), as these tests look at it.
 type listEntry struct {
-	IP          netip.Addr `json:"ip"`
-	ContainerID string     `json:"containerID"`
-	State       string     `json:"state"`
-	Source      string     `json:"source"`
-	Error       string     `json:"error"`
+	ContainerID, State, Source, Error string
 }
 
 func listJSON(t *testing.T, dataDir string) (map[netip.Addr]listEntry, int) {
 	t.Helper()
 	r := gcExec(t, "list", "--data-dir", dataDir, "-o", "json")
-	var entries []listEntry
-	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
-		t.Fatalf("list -o json is not JSON: %v\n%s", err, r)
+	recs, damaged, err := gc.DecodeList([]byte(r.stdout))
+	if err != nil {
+		t.Fatalf("list -o json does not decode into its rows: %v\n%s", err, r)
 	}
 	m := map[netip.Addr]listEntry{}
-	for _, e := range entries {
-		m[e.IP] = e
+	for _, rec := range recs {
+		m[rec.IP] = listEntry{ContainerID: rec.ContainerID, State: string(rec.State), Source: rec.Source}
+	}
+	for _, d := range damaged {
+		ip, _ := netip.ParseAddr(d.IP) // "" (a damaged key) is the zero address
+		m[ip] = listEntry{ContainerID: d.ContainerID, State: d.State, Error: d.Error}
 	}
 	return m, r.code
 }
@@ -79,8 +79,8 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 		t.Errorf("status with a damaged record: want exit %d and a DAMAGED row for %s\n%s", exitDamaged, b, r)
 	}
 	r = gcExec(t, "status", "--data-dir", dataDir, "-o", "json")
-	var pools []poolRow
-	if err := json.Unmarshal([]byte(r.stdout), &pools); err != nil || r.code != exitDamaged {
+	pools, err := gc.DecodeRows[gc.PoolRow]([]byte(r.stdout))
+	if err != nil || r.code != exitDamaged {
 		t.Fatalf("status -o json: %v\n%s", err, r)
 	}
 	if len(pools) != 2 || pools[0].Damaged != 1 || pools[0].Used != 3 || pools[1].IP != b.String() || pools[1].Damage == "" {
@@ -300,5 +300,48 @@ func TestRebuildPageDamagedStore(t *testing.T) {
 	got := add(t, n, "after-rebuild")[0]
 	if slices.Contains(all, got) {
 		t.Errorf("ADD after rebuild --force returned %s, held before the damage", got)
+	}
+}
+
+func TestRebuildRefusesReadableStore(t *testing.T) {
+	f := newFixture(t)
+	path := store.FilePath(f.dir, "alpha")
+	before, _ := os.ReadFile(path)
+	_, errOut, code := cli(t, "rebuild", "--data-dir", f.dir, "--network", "alpha", "--cri-endpoint", "unix:///nonexistent/cri.sock")
+	if code != 1 || !strings.Contains(errOut, "is readable (3 records); pass --force") {
+		t.Errorf("rebuild of a readable store: exit %d %q, want 1 asking for --force", code, errOut)
+	}
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Errorf("a refused rebuild changed the store")
+	}
+	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 0 {
+		t.Errorf("a refused rebuild set the store aside: %v", m)
+	}
+
+	// An unreadable store is not rebuilt without an answer from CRI.
+	if err := os.Truncate(path, 8192); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = cli(t, "rebuild", "--data-dir", f.dir, "--network", "alpha", "--cri-endpoint", "unix://"+filepath.Join(t.TempDir(), "none.sock"))
+	if code != 1 || !strings.Contains(errOut, "not rebuilding: ListPodSandbox") {
+		t.Errorf("rebuild without CRI: exit %d %q", code, errOut)
+	}
+	if m, _ := filepath.Glob(path + ".corrupt-*"); len(m) != 0 {
+		t.Errorf("a failed rebuild set the store aside: %v", m)
+	}
+	// list and status name the broken store instead of failing silently.
+	if _, errOut, code := cli(t, "list", "--data-dir", f.dir); code != 1 || !strings.Contains(errOut, "network alpha") || !strings.Contains(errOut, "truncated") {
+		t.Errorf("list with a truncated store: exit %d %q", code, errOut)
+	}
+	if err := os.Truncate(store.FilePath(f.dir, "beta"), 8192); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := cli(t, "list", "--data-dir", f.dir); code != 1 || !strings.Contains(errOut, "network beta") || !strings.Contains(errOut, "2 store(s) could not be read") {
+		t.Errorf("list with two truncated stores: exit %d %q, want both named and counted", code, errOut)
+	}
+	out, _, _ := cli(t, "status", "--data-dir", f.dir)
+	if !strings.Contains(out, "alpha") || !strings.Contains(out, "ERROR: store unreadable") {
+		t.Errorf("status with a truncated store:\n%s", out)
 	}
 }

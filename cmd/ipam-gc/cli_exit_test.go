@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"fmt"
+	"runtime"
+
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -169,5 +172,53 @@ func TestRebuildNeverActsOnEnvironmentErrors(t *testing.T) {
 		if m, _ := filepath.Glob(filepath.Join(dataDir, "*.corrupt-*")); len(m) != 0 {
 			t.Errorf("rebuild set a store aside for an environment error: %v", m)
 		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"status", "-o", "yaml"}, `-o must be table or json, got "yaml"`},
+		{[]string{"list", "--data-dir", dir, "--output", "wide"}, `-o must be table or json, got "wide"`},
+		{[]string{"leaks", "-o", "yaml"}, `-o must be table or json`},
+		{[]string{"run", "--interval", "soon"}, `invalid value "soon" for flag -interval`},
+		{[]string{"import", "--data-dir", dir}, "--network is required"},
+		{[]string{"export", "--data-dir", dir}, "--network is required"},
+		{[]string{"rebuild", "--data-dir", dir}, "--network is required"},
+		{[]string{"release", "--data-dir", dir}, "give exactly one of IP or --sandbox ID"},
+		{[]string{"release", "--data-dir", dir, "not-an-ip"}, `"not-an-ip" is not an IP address`},
+		// A flag value that parses but is out of range is a usage error too.
+		{[]string{"run", "--max-reclaim-fraction", "2", "--no-api"}, "--max-reclaim-fraction must be"},
+		{[]string{"run", "--interval", "0s", "--no-api"}, "--interval must be"},
+		{[]string{"leaks", "--misses", "0", "--no-api"}, "--misses must be"},
+	} {
+		_, errOut, code := cli(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "usage: hostlease-gc "+tc.args[0]) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with %q and the usage line", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestCommandsAndVersion(t *testing.T) {
+	out, _, code := cli(t, "version")
+	if want := fmt.Sprintf("hostlease-gc dev (%s)\n", runtime.Version()); code != 0 || out != want {
+		t.Errorf("version: exit %d %q, want %q", code, out, want)
+	}
+	_, errOut, code := cli(t, "frobnicate")
+	if code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) || !strings.Contains(errOut, "release") {
+		t.Errorf("unknown command: exit %d %q, want 2 with the command list", code, errOut)
+	}
+	if _, errOut, code := cli(t); code != 2 || !strings.Contains(errOut, "Commands:") {
+		t.Errorf("no command: exit %d %q, want 2 with usage", code, errOut)
+	}
+	if _, errOut, code := cli(t, "--help"); code != 0 || !strings.Contains(errOut, "Commands:") {
+		t.Errorf("--help: exit %d %q, want 0 with usage", code, errOut)
+	}
+	if _, errOut, code := cli(t, "list", "-h"); code != 0 || !strings.Contains(errOut, "-data-dir") {
+		t.Errorf("list -h: exit %d %q, want 0 with the flags", code, errOut)
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"fmt"
+
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
@@ -199,5 +201,76 @@ func TestExportWithDamagedRangeSets(t *testing.T) {
 	r = gcExec(t, "status", "--data-dir", dataDir)
 	if r.code != 0 || !strings.Contains(r.stdout, "ranges unknown") {
 		t.Errorf("status with damaged range sets: want a note, exit 0\n%s", r)
+	}
+}
+
+// Migration from host-local and rollback: real host-local files are imported,
+// an ADD continues host-local's round robin without reusing them, and export
+// writes host-local's format back.
+func TestImportExportRoundTrip(t *testing.T) {
+	dataDir, hl, back := t.TempDir(), t.TempDir(), t.TempDir()
+	src := filepath.Join(hl, "alpha")
+	files := map[string]string{
+		"10.1.0.11":          "sandbox-a\r\neth0",
+		"10.1.0.12":          "sandbox-b", // before host-local recorded the ifname
+		"last_reserved_ip.0": "10.1.0.12",
+		"lock":               "",
+	}
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := cli(t, "import", "--data-dir", dataDir, "--network", "alpha", "--host-local-dir", hl)
+	if code != 0 || !strings.Contains(out, "imported 2 reservation(s) from "+src) {
+		t.Fatalf("import: exit %d\n%s%s", code, out, errOut)
+	}
+	f := &fixture{dir: dataDir}
+	recs := f.records(t, "alpha")
+	a, b := recs[netip.MustParseAddr("10.1.0.11")], recs[netip.MustParseAddr("10.1.0.12")]
+	if len(recs) != 2 || a.ContainerID != "sandbox-a" || a.IfName != "eth0" || b.ContainerID != "sandbox-b" || b.IfName != "" ||
+		a.State != allocator.StateCommitted || a.Source != "host-local" {
+		t.Fatalf("imported records: %+v", recs)
+	}
+	if out, _, code := cli(t, "import", "--data-dir", dataDir, "--network", "alpha", "--host-local-dir", hl); code != 0 || !strings.Contains(out, "imported 0 reservation(s)") {
+		t.Errorf("a second import: exit %d %q, want nothing imported twice", code, out)
+	}
+
+	// The plugin's next ADD continues after host-local's last reservation.
+	if ips := allocate(t, dataDir, "alpha", sandboxID("eeee5555")); ips[0] != netip.MustParseAddr("10.1.0.13") {
+		t.Errorf("ADD after import got %s, want 10.1.0.13 (after host-local's last_reserved_ip 10.1.0.12)", ips[0])
+	}
+
+	out, errOut, code = cli(t, "export", "--data-dir", dataDir, "--network", "alpha", "--host-local-dir", back)
+	if code != 0 || !strings.Contains(out, "exported 3 reservation(s) to "+filepath.Join(back, "alpha")) {
+		t.Fatalf("export: exit %d\n%s%s", code, out, errOut)
+	}
+	want := map[string]string{
+		"10.1.0.11":          "sandbox-a\r\neth0",
+		"10.1.0.12":          "sandbox-b",
+		"10.1.0.13":          sandboxID("eeee5555") + "\r\neth0",
+		"last_reserved_ip.0": "10.1.0.13",
+	}
+	entries, err := os.ReadDir(filepath.Join(back, "alpha"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(back, "alpha", e.Name()))
+		got[e.Name()] = string(b)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("exported host-local state:\n got %q\nwant %q", got, want)
+	}
+
+	if _, errOut, code := cli(t, "import", "--data-dir", dataDir, "--network", "beta", "--host-local-dir", hl); code != 1 || !strings.Contains(errOut, "no host-local state") {
+		t.Errorf("import without host-local state: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := cli(t, "export", "--data-dir", dataDir, "--network", "beta", "--host-local-dir", back); code != 1 || !strings.Contains(errOut, "beta.db") {
+		t.Errorf("export without a store: exit %d %q", code, errOut)
 	}
 }

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 // Without a usable CRI answer leaks cannot tell a leak from a live pod: it
@@ -87,8 +87,8 @@ func TestLeaksOnNodeShellCarriesOnWithoutAPI(t *testing.T) {
 	}
 
 	r = gcExec(t, "leaks", "--no-api", "--data-dir", dataDir, "--cri-endpoint", cri.Endpoint(), "-o", "json")
-	var got []leakRow
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != 0 || strings.TrimSpace(r.stderr) != "" {
+	got, err := gc.DecodeRows[gc.LeakRow]([]byte(r.stdout))
+	if err != nil || r.code != 0 || strings.TrimSpace(r.stderr) != "" {
 		t.Fatalf("leaks --no-api -o json: %v\n%s", err, r)
 	}
 	if len(got) != 1 || got[0].IP != gone.String() || got[0].Pod != "default/web\x1b[2J\nforged" {

@@ -1,13 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 func TestEscape(t *testing.T) {
@@ -78,8 +77,8 @@ func TestTextOutputEscapesStoredValues(t *testing.T) {
 
 	// JSON stays exact.
 	r = gcExec(t, "list", "--data-dir", dataDir, "-o", "json")
-	var recs []allocator.Record
-	if err := json.Unmarshal([]byte(r.stdout), &recs); err != nil || r.code != 0 {
+	recs, _, err := gc.DecodeList([]byte(r.stdout))
+	if err != nil || r.code != 0 {
 		t.Fatalf("list -o json: %v\n%s", err, r)
 	}
 	var exactPod, exactID bool

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"math/big"
 	"strings"
 	"testing"
+
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 // A /64 (and any range too large for a float64 to count in ones) prints its
@@ -35,17 +35,15 @@ func TestLargeIPv6PoolSizeExact(t *testing.T) {
 		}
 
 		r = gcExec(t, "status", "--data-dir", dataDir, "-o", "json")
-		dec := json.NewDecoder(bytes.NewReader([]byte(r.stdout)))
-		dec.UseNumber()
-		var pools []map[string]any
-		if err := dec.Decode(&pools); err != nil || len(pools) != 2 {
+		pools, err := gc.DecodeRows[gc.PoolRow]([]byte(r.stdout))
+		if err != nil || len(pools) != 2 {
 			t.Fatalf("status -o json: %v\n%s", err, r)
 		}
 		for i, want := range [][2]*big.Int{{size64, free64}, {size48, free48}} {
-			if got := pools[i]["size"].(json.Number).String(); got != want[0].String() {
+			if got := pools[i].Size.String(); got != want[0].String() {
 				t.Errorf("status -o json pool %d size %s, want %s", i, got, want[0])
 			}
-			if got := pools[i]["free"].(json.Number).String(); got != want[1].String() {
+			if got := pools[i].Free.String(); got != want[1].String() {
 				t.Errorf("status -o json pool %d free %s, want %s", i, got, want[1])
 			}
 		}

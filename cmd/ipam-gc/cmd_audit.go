@@ -7,13 +7,8 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
-
-// auditRow is one audit log entry of one network, as `audit` shows it.
-type auditRow struct {
-	Network string `json:"network"`
-	allocator.AuditEvent
-}
 
 // maxAuditLimit is the most entries a store keeps (its audit log is bounded),
 // so the most --limit can mean.
@@ -40,7 +35,7 @@ func cmdAudit(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rows := []auditRow{}
+	rows := []gc.AuditRow{}
 	unreadable := 0
 	for _, f := range files {
 		name, evs, err := readAudit(f.Path, *limit)
@@ -53,7 +48,7 @@ func cmdAudit(args []string, stdout, stderr io.Writer) error {
 			name = f.Network
 		}
 		for _, ev := range evs {
-			rows = append(rows, auditRow{Network: name, AuditEvent: ev})
+			rows = append(rows, gc.AuditRow{Network: name, AuditEvent: ev})
 		}
 	}
 	var failed error

@@ -12,19 +12,6 @@ import (
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
-// leakRow is one leak candidate (or reclaim-eligible record) and the verdict.
-type leakRow struct {
-	Network string `json:"network"`
-	IP      string `json:"ip"`
-	Pod     string `json:"pod,omitempty"`
-	Sandbox string `json:"sandbox"`
-	State   string `json:"state"`
-	Age     string `json:"age"`
-	Verdict string `json:"verdict"` // reclaim, or why not
-	Reason  string `json:"reason"`
-	Detail  string `json:"detail"`
-}
-
 // apiViewNote says what the Kubernetes API view adds to `leaks` and how to
 // turn it on; printed once when leaks runs without it.
 const apiViewNote = "without the Kubernetes API view, a candidate whose address a live pod on this node still lists is not vetoed here " +
@@ -77,7 +64,7 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	rep := s.Sweep(ctx)
 	now := time.Now()
-	rows := []leakRow{}
+	rows := []gc.LeakRow{}
 	var failed []string
 	damaged := 0
 	for _, nr := range rep.Networks {
@@ -98,8 +85,8 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 				verdict = "reclaim"
 			}
 			r := d.Record
-			rows = append(rows, leakRow{Network: nr.Network, IP: r.IP.String(), Pod: r.PodRef(), Sandbox: r.ContainerID,
-				State: string(r.State), Age: age(now.Sub(r.Created)), Verdict: verdict, Reason: d.Reason, Detail: d.Detail})
+			rows = append(rows, gc.LeakRow{Network: nr.Network, IP: r.IP.String(), Pod: r.PodRef(), Sandbox: r.ContainerID,
+				State: string(r.State), Age: age(now.Sub(r.Created)), Verdict: verdict, Reason: string(d.Reason), Detail: d.Detail})
 		}
 	}
 	if !rep.CRI.Complete {
@@ -126,7 +113,7 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 }
 
 // printLeaks prints the rows; partial says some stores could not be read.
-func printLeaks(stdout io.Writer, format string, rows []leakRow, partial bool) error {
+func printLeaks(stdout io.Writer, format string, rows []gc.LeakRow, partial bool) error {
 	if format == "json" {
 		return writeJSON(stdout, rows)
 	}

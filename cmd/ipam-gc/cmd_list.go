@@ -13,17 +13,6 @@ import (
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
-// damagedEntry is a damaged record in `list -o json`, beside the records:
-// state "damaged", the address and why its value does not decode.
-type damagedEntry struct {
-	IP          string `json:"ip"` // "" when the key is damaged too
-	Network     string `json:"network"`
-	State       string `json:"state"`
-	Error       string `json:"error"`
-	ContainerID string `json:"containerID,omitempty"` // owner as far as readable: a hint
-	IfName      string `json:"ifName,omitempty"`
-}
-
 func cmdList(args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("list", stderr)
 	dataDir := dataDirFlag(fs)
@@ -69,7 +58,7 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 				if d.IP.IsValid() {
 					ip = d.IP.String()
 				}
-				all = append(all, damagedEntry{IP: ip, Network: v.Network, State: "damaged", Error: damagedErr(d),
+				all = append(all, gc.DamagedRow{IP: ip, Network: v.Network, State: gc.DamagedState, Error: damagedErr(d),
 					ContainerID: d.ContainerID, IfName: d.IfName})
 			}
 		}

@@ -7,29 +7,8 @@ import (
 	"strconv"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
-
-// poolRow is one range set of one network, as `status` shows it. Size and
-// Free are exact integers (a /64 holds 2^64 addresses; JSON numbers carry
-// them exactly, whatever a reader then does with them).
-type poolRow struct {
-	Network    string      `json:"network"`
-	RangeSet   int         `json:"rangeSet"`
-	Ranges     string      `json:"ranges"`
-	Size       json.Number `json:"size,omitempty"`
-	Used       int         `json:"used"`
-	Free       json.Number `json:"free,omitempty"`
-	Pending    int         `json:"pending"`
-	Candidates int         `json:"leakCandidates"`
-	Exhausted  uint64      `json:"exhaustions"`
-	// Damaged counts the range set's records that do not decode; a row of
-	// its own per damaged record carries IP and Damage (its decode error).
-	Damaged int    `json:"damaged"`
-	IP      string `json:"ip,omitempty"`
-	Damage  string `json:"damage,omitempty"`
-	Note    string `json:"note,omitempty"`
-	Error   string `json:"error,omitempty"`
-}
 
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("status", stderr)
@@ -45,18 +24,18 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rows := []poolRow{}
+	rows := []gc.PoolRow{}
 	unreadable, damaged := 0, 0
 	for _, f := range files {
 		snap, err := readStore(f)
 		if err != nil {
 			unreadable++
-			rows = append(rows, poolRow{Network: f.Network, RangeSet: -1, Error: storeErr(f.Network, err)})
+			rows = append(rows, gc.PoolRow{Network: f.Network, RangeSet: -1, Error: storeErr(f.Network, err)})
 			continue
 		}
 		for _, u := range snap.Usage {
-			row := poolRow{Network: snap.Network, RangeSet: u.RangeSet, Ranges: u.Desc, Size: json.Number(u.Size.String()), Used: u.Used,
-				Free: json.Number(u.Free().String()), Exhausted: snap.Exhaustions[u.RangeSet].Count}
+			row := gc.PoolRow{Network: snap.Network, RangeSet: u.RangeSet, Ranges: u.Desc, Size: json.Number(u.Size.String()), Used: u.Used,
+				Free: json.Number(u.Free().String()), Exhaustions: snap.Exhaustions[u.RangeSet].Count}
 			for _, d := range snap.Damaged {
 				if d.IP.IsValid() && snap.rangeSetOf(d.IP) == u.RangeSet {
 					row.Damaged++
@@ -69,8 +48,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 				if r.State == allocator.StatePending {
 					row.Pending++
 				}
-				if r.Obs.Misses > 0 {
-					row.Candidates++
+				if gc.IsLeakCandidate(r.Obs) {
+					row.LeakCandidates++
 				}
 			}
 			rows = append(rows, row)
@@ -80,12 +59,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 			if snap.RangesErr != nil {
 				note = "ranges unknown (" + snap.RangesErr.Error() + ") until the plugin's next ADD on this network"
 			}
-			rows = append(rows, poolRow{Network: snap.Network, RangeSet: -1, Used: len(snap.Records) + len(snap.Damaged),
+			rows = append(rows, gc.PoolRow{Network: snap.Network, RangeSet: -1, Used: len(snap.Records) + len(snap.Damaged),
 				Damaged: len(snap.Damaged), Note: note})
 		}
 		for _, d := range snap.Damaged {
 			damaged++
-			rows = append(rows, poolRow{Network: snap.Network, RangeSet: snap.rangeSetOf(d.IP), IP: damagedIP(d), Damage: damagedErr(d)})
+			rows = append(rows, gc.PoolRow{Network: snap.Network, RangeSet: snap.rangeSetOf(d.IP), IP: damagedIP(d), Damage: damagedErr(d)})
 		}
 	}
 	var failed error
@@ -120,7 +99,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 			t = append(t, []string{r.Network, "-", "-", "-", strconv.Itoa(r.Used), "-", "-", "-", "-", strconv.Itoa(r.Damaged), r.Note})
 		default:
 			t = append(t, []string{r.Network, strconv.Itoa(r.RangeSet), r.Ranges, r.Size.String(), strconv.Itoa(r.Used),
-				r.Free.String(), strconv.Itoa(r.Pending), strconv.Itoa(r.Candidates), strconv.FormatUint(r.Exhausted, 10), strconv.Itoa(r.Damaged), ""})
+				r.Free.String(), strconv.Itoa(r.Pending), strconv.Itoa(r.LeakCandidates), strconv.FormatUint(r.Exhaustions, 10), strconv.Itoa(r.Damaged), ""})
 		}
 	}
 	if err := table(stdout, []string{"NETWORK", "SET", "RANGES", "SIZE", "USED", "FREE", "PENDING", "CANDIDATES", "EXHAUSTIONS", "DAMAGED", ""}, t); err != nil {

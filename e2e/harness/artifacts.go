@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/hostlease/hostlease/internal/testbin"
 )
 
 // ModulePath is the project's module path; RepoRoot looks for its go.mod.
@@ -141,20 +143,10 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// BuildGoBinary builds a main package of this module (import path or
-// ./relative to the repo root) into out.
+// BuildGoBinary builds a main package (its import path) into out, the way
+// every test package builds what it execs (internal/testbin).
 func BuildGoBinary(pkg, out string) error {
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return nil
+	return testbin.Build(filepath.Dir(out), map[string]string{filepath.Base(out): pkg})
 }
 
 // ProjectBin returns the path of a binary `make build` put into the repo's

@@ -154,8 +154,8 @@ func (e *Env) Status(ctx context.Context) (*runtimeapi.RuntimeCondition, map[str
 
 // WaitNetworkReady polls Status until NetworkReady is true and the loaded CNI
 // config names network (skip that check with network == ""); containerd
-// reloads the conf dir asynchronously after WriteConflist. It fails the test
-// after timeout.
+// reloads the conf dir asynchronously after WriteConflist. timeout is a hang
+// guard: the test fails as hung after it.
 func (e *Env) WaitNetworkReady(network string, timeout time.Duration) {
 	e.t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -173,7 +173,7 @@ func (e *Env) WaitNetworkReady(network string, timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("network %q not ready after %v: %s\n%s", network, timeout, last, e.LogTail(30))
+			e.t.Fatalf("hung: network %q not ready within the %v hang guard: %s\n%s", network, timeout, last, e.LogTail(30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

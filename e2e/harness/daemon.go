@@ -173,7 +173,7 @@ func (d *Daemon) Start() {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hostlease-gc not ready after %v (metrics %q)\n%s", d.timeout, d.MetricsURL, d.LogTail(30))
+			t.Fatalf("hung: hostlease-gc not ready within the %v hang guard (metrics %q)\n%s", d.timeout, d.MetricsURL, d.LogTail(30))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

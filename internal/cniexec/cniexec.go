@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"time"
 
@@ -53,4 +54,39 @@ func Classify(err error, stdout, stderr []byte, elapsed time.Duration) Outcome {
 	}
 	o.ExitErr = err
 	return o
+}
+
+// ResultIPs returns the addresses (with their prefix lengths) of a CNI result
+// a plugin printed on stdout.
+func ResultIPs(stdout []byte) ([]netip.Prefix, error) {
+	var res struct {
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	}
+	if err := json.Unmarshal(stdout, &res); err != nil {
+		return nil, fmt.Errorf("result %q: %w", stdout, err)
+	}
+	var out []netip.Prefix
+	for _, ip := range res.IPs {
+		p, err := netip.ParsePrefix(ip.Address)
+		if err != nil {
+			return nil, fmt.Errorf("result %q: %w", stdout, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ResultIP returns the one address of a CNI result, failing when the result
+// holds another number of addresses.
+func ResultIP(stdout []byte) (netip.Addr, error) {
+	ps, err := ResultIPs(stdout)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(ps) != 1 {
+		return netip.Addr{}, fmt.Errorf("result %q: want one address, got %d", stdout, len(ps))
+	}
+	return ps[0].Addr(), nil
 }

@@ -6,12 +6,14 @@ package testbin
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
+	"testing"
 )
 
 // Import paths of the binaries tests build, keyed by the name they are
@@ -62,4 +64,26 @@ func BuildTemp(prefix string, bins map[string]string) (dir string, err error) {
 		return "", err
 	}
 	return dir, Build(dir, bins)
+}
+
+// Main is the body of a TestMain for a package whose tests exec bins: it
+// builds them into a temporary directory, sets *dir to it, runs the tests and
+// removes the directory; it returns the exit code. A failed build fails the
+// package before any test runs, naming it (name) and the compiler's output.
+//
+//	func TestMain(m *testing.M) { os.Exit(testbin.Main(m, "faultinject", bins, &binDir)) }
+func Main(m *testing.M, name string, bins map[string]string, dir *string) int {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	d, err := BuildTemp("hostlease-"+name+"-bin-", bins)
+	if d != "" {
+		defer os.RemoveAll(d)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: building binaries: %v\n", name, err)
+		return 1
+	}
+	*dir = d
+	return m.Run()
 }

@@ -32,6 +32,9 @@ type Daemon struct {
 	// netnsDebounce is how long a removed netns waits for others of the same
 	// burst before it wakes a sweep (0: DefaultNetnsDebounce).
 	netnsDebounce time.Duration
+	// kickPolled, when set, is called after each look at the kick file
+	// (tests wait on it instead of sleeping).
+	kickPolled func()
 
 	lastSweep atomic.Int64 // unix nanos of the last finished sweep
 	ready     atomic.Bool  // a sweep has reached CRI
@@ -104,6 +107,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			if m := modTime(kickPath); m.After(lastKick) {
 				lastKick = m
 				d.sweep(ctx, "exhaustion")
+			}
+			if d.kickPolled != nil {
+				d.kickPolled()
 			}
 		case <-netnsGone:
 			d.sweep(ctx, "netns_removed")

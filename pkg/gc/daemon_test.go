@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -177,10 +178,19 @@ func TestDaemonKickSweepsAtOnce(t *testing.T) {
 	kick := filepath.Join(e.dir, ".kick")
 	// A kick left over from before the daemon started is not a new event.
 	touch(t, kick, time.Now().Add(-time.Minute))
+	var polls atomic.Int64
+	d.kickPolled = func() { polls.Add(1) }
+	// tenPolls waits until the daemon has looked at the kick file ten more
+	// times: a sweep a kick would cause has happened by then.
+	tenPolls := func() {
+		t.Helper()
+		p := polls.Load()
+		waitFor(t, "ten looks at the kick file", 5*time.Second, func() bool { return polls.Load() >= p+10 })
+	}
 	stop := runDaemon(t, d)
 
 	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.cri.lists.Load() == 1 })
-	time.Sleep(10 * d.kickPoll)
+	tenPolls()
 	if n := e.cri.lists.Load(); n != 1 {
 		t.Fatalf("%d sweeps without a new kick, want only the start-up one", n)
 	}
@@ -189,7 +199,7 @@ func TestDaemonKickSweepsAtOnce(t *testing.T) {
 		touch(t, kick, time.Now().Add(time.Duration(i)*time.Second))
 		took := waitFor(t, "a sweep after the kick", 5*time.Second, func() bool { return e.cri.lists.Load() == int64(i) })
 		t.Logf("kick %d answered after %s (poll %s)", i-1, took, d.kickPoll)
-		time.Sleep(10 * d.kickPoll)
+		tenPolls()
 		if n := e.cri.lists.Load(); n != int64(i) {
 			t.Fatalf("one kick caused %d sweeps", n-int64(i-1))
 		}
@@ -197,7 +207,7 @@ func TestDaemonKickSweepsAtOnce(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.metric(e.m.Sweeps.WithLabelValues(SweepOK)); got != 3 {
+	if got := e.metric("hostlease_sweeps_total", "result", SweepOK); got != 3 {
 		t.Fatalf("sweeps{ok} = %v, want 3", got)
 	}
 }
@@ -210,14 +220,14 @@ func TestDaemonKickReclaimsOnExhaustion(t *testing.T) {
 	stop := runDaemon(t, d)
 	// Misses=1 and no grace: the start-up sweep already reclaims; wait for it
 	// and leak another one afterwards.
-	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.metric(e.m.Sweeps.WithLabelValues(SweepOK)) == 1 })
+	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.metric("hostlease_sweeps_total", "result", SweepOK) == 1 })
 	if e.records()[leak.IP] != nil {
 		t.Fatal("start-up sweep did not reclaim the first leak")
 	}
 	leak2 := e.alloc("sb-leaked-2", t0.Add(-time.Hour))
 	touch(t, filepath.Join(e.dir, ".kick"), time.Now().Add(time.Second))
 	waitFor(t, "the kicked sweep to reclaim", 5*time.Second, func() bool {
-		return e.metric(e.m.Reclaims.WithLabelValues(testNet, ReclaimSandboxAbsent)) == 2
+		return e.metric("hostlease_reclaims_total", "network", testNet, "reason", ReclaimSandboxAbsent) == 2
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,8 @@ const (
 	// ClassDamagedPage: the store opened but a page is invalid. Reported;
 	// nothing reclaimed on the network; an operator rebuilds it.
 	ClassDamagedPage = "damaged_page"
-	// ClassOther: anything else (a lock held too long...).
+	// ClassOther: anything else (a lock held too long, a store of another
+	// schema: never set aside nor rebuilt). Looked at again next sweep.
 	ClassOther = "other"
 )
 
@@ -47,11 +48,4 @@ func errnoOf(err error) string {
 		}
 	}
 	return ""
-}
-
-// countStoreError counts a store error by class and errno.
-func (s *Sweeper) countStoreError(nr *NetworkReport, class string) {
-	if s.Metrics != nil {
-		s.Metrics.StoreErrors.WithLabelValues(nr.Network, class, errnoOf(nr.Err)).Inc()
-	}
 }

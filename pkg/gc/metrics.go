@@ -14,16 +14,11 @@ import (
 //	-ldflags "-X github.com/hostlease/hostlease/pkg/gc.Version=v1.2.3"
 var Version = "dev"
 
-// Label values that are part of the metrics contract (docs/contracts.md).
+// Label values that are part of the metrics contract (docs/contracts.md);
+// the reclaim reasons are the Reclaim* Reasons.
 const (
 	StatePending   = "pending"
 	StateCommitted = "committed"
-
-	ReclaimSandboxAbsent = "sandbox_absent"
-	ReclaimNetnsGone     = "netns_gone"
-	ReclaimPredatesBoot  = "predates_boot"
-	ReclaimHostLocalGone = "host_local_gone"
-	ReclaimManual        = "manual"
 
 	VetoPodListsIP       = "pod_lists_ip"
 	VetoMassReclaimGuard = "mass_reclaim_guard"
@@ -39,276 +34,210 @@ const (
 	SweepStoreError = "store_error"
 )
 
-const (
-	metricsNamespace = "hostlease"
-	labelNetwork     = "network"
-	labelRangeSet    = "range_set"
-)
-
 // SweepDurationBuckets are the buckets of hostlease_sweep_duration_seconds.
 // They span a sweep over an idle node (about a millisecond) up to a slow CRI
 // answering near a 30s timeout, in 1-2.5-5 steps.
 var SweepDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30}
 
-// Metrics is the registry of every metric the daemon exports. The names,
-// types and labels are a contract (docs/contracts.md): alerts and dashboards
-// in deploy/ use them, and deploy/deploy_test.go checks they exist.
+// Metrics is the daemon's prometheus.Collector (node_exporter's style): a
+// sweep hands it its report (Observe), and a scrape emits the state of every
+// network as that last report saw it, and the counters of what the daemon
+// itself did (reclaims, vetoes, re-reservations, rebuilds, sweeps...). The
+// plugin's exhaustion counts are the store's own counters, emitted as read.
+// Names, types and labels are a contract (docs/contracts.md): alerts and
+// dashboards in deploy/ use them.
 //
 // Sandbox IDs, pod names and IPs are never labels: their cardinality is
 // unbounded. Per-allocation detail is what `hostlease-gc list` is for.
 type Metrics struct {
-	BuildInfo           *prometheus.GaugeVec   // version, goversion
-	PoolSize            *prometheus.GaugeVec   // network, range_set
-	PoolFree            *prometheus.GaugeVec   // network, range_set
-	Allocations         *prometheus.GaugeVec   // network, state
-	LeakCandidates      *prometheus.GaugeVec   // network
-	Reclaims            *prometheus.CounterVec // network, reason
-	Vetoes              *prometheus.CounterVec // network, reason
-	ReclaimGuardTripped *prometheus.CounterVec // network
-	AllocationFailures  *prometheus.CounterVec // network, range_set, reason
-	LastExhaustion      *prometheus.GaugeVec   // network, range_set
-	Sweeps              *prometheus.CounterVec // result
-	SweepDuration       prometheus.Histogram
-	LastSuccessfulSweep prometheus.Gauge
-	CRIUp               prometheus.Gauge
-	StoresRebuilt       *prometheus.CounterVec // network
-	StoreErrors         *prometheus.CounterVec // network, class, errno
-	DamagedRecords      *prometheus.GaugeVec   // network
-	AddressesReReserved *prometheus.CounterVec // network, reason
-	AddressConflicts    *prometheus.CounterVec // network
-	IndexRepairs        *prometheus.CounterVec // network
+	duration prometheus.Histogram
 
-	mu        sync.Mutex
-	rangeSets map[string]map[string]bool // network -> range sets with pool gauges
+	mu     sync.Mutex
+	sweeps map[string]float64 // by result
+	lastOK time.Time
+	criUp  bool
+	// nets holds each network the last report listed: an entry is created
+	// when a report first lists the network and deleted when one no longer
+	// does (its store is gone), so no series of a removed network remain.
+	nets map[string]*netSeries
 }
 
-// NewMetrics creates every metric and registers it on reg (a nil reg registers
-// nothing, which is convenient in tests of other code). It panics if a metric
-// is already registered on reg, as prometheus.MustRegister does.
+var (
+	descBuildInfo = desc("build_info", "Always 1; labels carry the hostlease-gc version and the Go version it was built with.", "version", "goversion")
+	descPoolSize  = desc("pool_size_addresses", "Number of allocatable addresses in a range set of a network.", labelNetwork, labelRangeSet)
+	descPoolFree  = desc("pool_free_addresses", "Number of addresses of a range set of a network that are not allocated.", labelNetwork, labelRangeSet)
+	descAllocs    = desc("allocations", "Allocations held in a network's store, by state (pending: IPAM ADD done, chain not known to have completed; committed).", labelNetwork, "state")
+	descLeaks     = desc("leak_candidates", "Allocations whose sandbox was absent from the last complete CRI answer and that are still held (not reclaimed yet).", labelNetwork)
+	descReclaims  = desc("reclaims_total", "Addresses reclaimed, by reason (sandbox_absent, netns_gone, predates_boot, host_local_gone, manual).", labelNetwork, "reason")
+	descVetoes    = desc("vetoes_total", "Reclaims that were due but refused, by reason (pod_lists_ip, mass_reclaim_guard).", labelNetwork, "reason")
+	descGuard     = desc("reclaim_guard_tripped_total", "Sweeps whose reclaims without proof of death for a network were refused because they exceeded --max-reclaim-fraction of the records the network holds.", labelNetwork)
+	descFailures  = desc("allocation_failures_total", "Failed IPAM ADDs recorded by the plugin in the store, by range set and reason (exhausted).", labelNetwork, labelRangeSet, "reason")
+	descLastExh   = desc("last_exhaustion_timestamp_seconds", "Unix time of the last ADD that failed because the range set had no free address.", labelNetwork, labelRangeSet)
+	descSweeps    = desc("sweeps_total", "Sweeps run, by result (ok, cri_error, store_error).", "result")
+	descLastOK    = desc("last_successful_sweep_timestamp_seconds", "Unix time at which the last sweep with result ok finished.")
+	descCRIUp     = desc("cri_up", "1 if the last CRI ListPodSandbox call succeeded, else 0.")
+	descRebuilt   = desc("stores_rebuilt_total", "Unreadable stores moved aside and rebuilt from CRI.", labelNetwork)
+	descStoreErrs = desc("store_errors_total", "Sweeps that could not use a network's store, by class (environment: an errno of the system, never a rebuild; unreadable: set aside and rebuilt; damaged_page: reported, nothing reclaimed; other) and errno name for the environment class.", labelNetwork, "class", "errno")
+	descDamaged   = desc("damaged_records", "Records of a network's store that do not decode: quarantined, their addresses stay reserved until an operator releases or rebuilds them.", labelNetwork)
+	descReReserve = desc("addresses_rereserved_total", "Addresses a READY sandbox uses that the store did not hold for it, re-reserved for that sandbox, by reason (unrecorded, other_owner, damaged).", labelNetwork, "reason")
+	descConflicts = desc("address_conflicts_total", "Addresses a READY sandbox uses that the store holds for another READY sandbox: reported, not rewritten.", labelNetwork)
+	descIdxRepair = desc("index_repairs_total", "Sweeps that found a store's derived indexes (taken bitmap, owner index, records count) disagreeing with its records and rebuilt them from the records.", labelNetwork)
+)
+
+const (
+	labelNetwork  = "network"
+	labelRangeSet = "range_set"
+)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("hostlease_"+name, help, labels, nil)
+}
+
+var allDescs = []*prometheus.Desc{descBuildInfo, descPoolSize, descPoolFree, descAllocs, descLeaks, descReclaims, descVetoes,
+	descGuard, descFailures, descLastExh, descSweeps, descLastOK, descCRIUp, descRebuilt, descStoreErrs, descDamaged,
+	descReReserve, descConflicts, descIdxRepair}
+
+// NewMetrics creates the collector and registers it on reg (a nil reg
+// registers nothing). It panics if the metrics are already registered on reg,
+// as prometheus.MustRegister does.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		rangeSets: map[string]map[string]bool{},
-		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "build_info",
-			Help: "Always 1; labels carry the hostlease-gc version and the Go version it was built with.",
-		}, []string{"version", "goversion"}),
-		PoolSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "pool_size_addresses",
-			Help: "Number of allocatable addresses in a range set of a network.",
-		}, []string{labelNetwork, labelRangeSet}),
-		PoolFree: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "pool_free_addresses",
-			Help: "Number of addresses of a range set of a network that are not allocated.",
-		}, []string{labelNetwork, labelRangeSet}),
-		Allocations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "allocations",
-			Help: "Allocations held in a network's store, by state (pending: IPAM ADD done, chain not known to have completed; committed).",
-		}, []string{labelNetwork, "state"}),
-		LeakCandidates: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "leak_candidates",
-			Help: "Allocations whose sandbox is absent from CRI or not ready and that are not reclaimed (yet).",
-		}, []string{labelNetwork}),
-		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "reclaims_total",
-			Help: "Addresses reclaimed, by reason (sandbox_absent, netns_gone, predates_boot, host_local_gone, manual).",
-		}, []string{labelNetwork, "reason"}),
-		Vetoes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "vetoes_total",
-			Help: "Reclaims that were due but refused, by reason (pod_lists_ip, mass_reclaim_guard).",
-		}, []string{labelNetwork, "reason"}),
-		ReclaimGuardTripped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "reclaim_guard_tripped_total",
-			Help: "Sweeps whose reclaims without proof of death for a network were refused because they exceeded --max-reclaim-fraction of the records the network holds.",
-		}, []string{labelNetwork}),
-		AllocationFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "allocation_failures_total",
-			Help: "Failed IPAM ADDs recorded by the plugin in the store, by range set and reason (exhausted).",
-		}, []string{labelNetwork, labelRangeSet, "reason"}),
-		LastExhaustion: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "last_exhaustion_timestamp_seconds",
-			Help: "Unix time of the last ADD that failed because the range set had no free address.",
-		}, []string{labelNetwork, labelRangeSet}),
-		Sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "sweeps_total",
-			Help: "Sweeps run, by result (ok, cri_error, store_error).",
-		}, []string{"result"}),
-		SweepDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: metricsNamespace, Name: "sweep_duration_seconds",
-			Help:    "Wall time of one sweep, CRI listing included.",
-			Buckets: SweepDurationBuckets,
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "hostlease_sweep_duration_seconds", Help: "Wall time of one sweep, CRI listing included.", Buckets: SweepDurationBuckets,
 		}),
-		LastSuccessfulSweep: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "last_successful_sweep_timestamp_seconds",
-			Help: "Unix time at which the last sweep with result ok finished.",
-		}),
-		CRIUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "cri_up",
-			Help: "1 if the last CRI ListPodSandbox call succeeded, else 0.",
-		}),
-		StoresRebuilt: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "stores_rebuilt_total",
-			Help: "Unreadable stores moved aside and rebuilt from CRI.",
-		}, []string{labelNetwork}),
-		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "store_errors_total",
-			Help: "Sweeps that could not use a network's store, by class (environment: an errno of the system, never a rebuild; unreadable: set aside and rebuilt; damaged_page: reported, nothing reclaimed; other) and errno name for the environment class.",
-		}, []string{labelNetwork, "class", "errno"}),
-		DamagedRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "damaged_records",
-			Help: "Records of a network's store that do not decode: quarantined, their addresses stay reserved until an operator releases or rebuilds them.",
-		}, []string{labelNetwork}),
-		AddressesReReserved: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "addresses_rereserved_total",
-			Help: "Addresses a READY sandbox uses that the store did not hold for it, re-reserved for that sandbox, by reason (unrecorded, other_owner, damaged).",
-		}, []string{labelNetwork, "reason"}),
-		AddressConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "address_conflicts_total",
-			Help: "Addresses a READY sandbox uses that the store holds for another READY sandbox: reported, not rewritten.",
-		}, []string{labelNetwork}),
-		IndexRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "index_repairs_total",
-			Help: "Sweeps that found a store's derived indexes (taken bitmap, owner index, records count) disagreeing with its records and rebuilt them from the records.",
-		}, []string{labelNetwork}),
-	}
-	m.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
-	// Pre-create the label-only series so rate()/increase() have a zero to
-	// start from and "absent" is not confused with "never happened".
-	for _, r := range []string{SweepOK, SweepCRIError, SweepStoreError} {
-		m.Sweeps.WithLabelValues(r)
+		sweeps: map[string]float64{SweepOK: 0, SweepCRIError: 0, SweepStoreError: 0},
+		nets:   map[string]*netSeries{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.collectors()...)
+		reg.MustRegister(m)
 	}
 	return m
 }
 
-func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{
-		m.BuildInfo, m.PoolSize, m.PoolFree, m.Allocations, m.LeakCandidates,
-		m.Reclaims, m.Vetoes, m.ReclaimGuardTripped, m.AllocationFailures,
-		m.LastExhaustion, m.Sweeps, m.SweepDuration, m.LastSuccessfulSweep,
-		m.CRIUp, m.StoresRebuilt, m.StoreErrors, m.DamagedRecords,
-		m.AddressesReReserved, m.AddressConflicts, m.IndexRepairs,
+// Observe takes in one finished sweep: its result and duration, and what it
+// saw and did on every network. Networks the report does not list are
+// forgotten with all their series.
+func (m *Metrics) Observe(rep *SweepReport, finished time.Time) {
+	m.duration.Observe(rep.Duration.Seconds())
+	// What each network's report says is worked out before the lock: a
+	// scrape waits only for the merge.
+	type observed struct {
+		counts netCounters
+		gauges *netGauges
 	}
-}
-
-// PoolStats is one range set's size and free count.
-type PoolStats struct {
-	RangeSet string // index in the config: "0", "1", ...
-	Size     int
-	Free     int
-}
-
-// InitNetwork creates the zero-valued counter series of a network (reclaims by
-// every reason, vetoes, guard trips, rebuilds, and exhaustion failures of the
-// given range sets) so that increase() in alerts sees the first event. Call it
-// when a network's store is first seen; it is idempotent.
-func (m *Metrics) InitNetwork(network string, rangeSets ...string) {
-	for _, r := range []string{ReclaimSandboxAbsent, ReclaimNetnsGone, ReclaimPredatesBoot, ReclaimHostLocalGone, ReclaimManual} {
-		m.Reclaims.WithLabelValues(network, r)
-	}
-	for _, r := range []string{VetoPodListsIP, VetoMassReclaimGuard} {
-		m.Vetoes.WithLabelValues(network, r)
-	}
-	m.ReclaimGuardTripped.WithLabelValues(network)
-	m.StoresRebuilt.WithLabelValues(network)
-	for _, r := range []string{ReReserveUnrecorded, ReReserveOtherOwner, ReReserveDamaged} {
-		m.AddressesReReserved.WithLabelValues(network, r)
-	}
-	m.AddressConflicts.WithLabelValues(network)
-	m.IndexRepairs.WithLabelValues(network)
-	m.DamagedRecords.WithLabelValues(network)
-	for _, c := range []string{ClassEnvironment, ClassUnreadable, ClassDamagedPage, ClassOther} {
-		m.StoreErrors.WithLabelValues(network, c, "")
-	}
-	for _, rs := range rangeSets {
-		m.AllocationFailures.WithLabelValues(network, rs, FailureExhausted)
-	}
-}
-
-// SetPool sets the size and free gauges of a network's range sets. Range sets
-// the network had before but not in pools (the config shrank) are deleted.
-func (m *Metrics) SetPool(network string, pools []PoolStats) {
-	keep := make(map[string]bool, len(pools))
-	for _, p := range pools {
-		keep[p.RangeSet] = true
-		m.PoolSize.WithLabelValues(network, p.RangeSet).Set(float64(p.Size))
-		m.PoolFree.WithLabelValues(network, p.RangeSet).Set(float64(p.Free))
+	seen := make(map[string]observed, len(rep.Networks))
+	for _, nr := range rep.Networks {
+		o := seen[nr.Network]
+		if o.counts.reclaims == nil {
+			o.counts = newNetCounters()
+		}
+		o.counts.add(nr)
+		if nr.swept() {
+			o.gauges = gaugesOf(nr, rep.DryRun)
+		}
+		seen[nr.Network] = o
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for rs := range m.rangeSets[network] {
-		if !keep[rs] {
-			m.PoolSize.DeleteLabelValues(network, rs)
-			m.PoolFree.DeleteLabelValues(network, rs)
+	m.sweeps[rep.Result]++
+	if rep.Result == SweepOK {
+		m.lastOK = finished
+	}
+	m.criUp = rep.CRIReached
+	for network, o := range seen {
+		ns := m.nets[network]
+		if ns == nil {
+			ns = &netSeries{counters: newNetCounters()}
+			m.nets[network] = ns
+		}
+		ns.counters.merge(&o.counts)
+		if o.gauges != nil {
+			ns.gauges = o.gauges
 		}
 	}
-	m.rangeSets[network] = keep
-}
-
-// SetAllocations sets the allocation gauges of a network; both states are
-// always exported so a state that drops to zero reads 0, not "no data".
-func (m *Metrics) SetAllocations(network string, pending, committed int) {
-	m.Allocations.WithLabelValues(network, StatePending).Set(float64(pending))
-	m.Allocations.WithLabelValues(network, StateCommitted).Set(float64(committed))
-}
-
-// SetLeakCandidates sets the number of leak candidates of a network.
-func (m *Metrics) SetLeakCandidates(network string, n int) {
-	m.LeakCandidates.WithLabelValues(network).Set(float64(n))
-}
-
-// ObserveSweep records one finished sweep: its result, its duration and, for
-// an ok sweep, the time it finished.
-func (m *Metrics) ObserveSweep(result string, d time.Duration, finished time.Time) {
-	m.Sweeps.WithLabelValues(result).Inc()
-	m.SweepDuration.Observe(d.Seconds())
-	if result == SweepOK {
-		m.LastSuccessfulSweep.Set(float64(finished.UnixNano()) / 1e9)
+	for network := range m.nets {
+		if _, ok := seen[network]; !ok {
+			delete(m.nets, network)
+		}
 	}
 }
 
-// SetCRIUp records whether the last CRI call succeeded.
-func (m *Metrics) SetCRIUp(up bool) {
-	if up {
-		m.CRIUp.Set(1)
-	} else {
-		m.CRIUp.Set(0)
+// Describe sends every metric's description.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
 	}
+	m.duration.Describe(ch)
 }
 
-// RecordExhaustion records count ADD failures for exhaustion of a range set
-// (as read from the store) and the time of the last one.
-func (m *Metrics) RecordExhaustion(network, rangeSet string, count int, last time.Time) {
-	if count > 0 {
-		m.AllocationFailures.WithLabelValues(network, rangeSet, FailureExhausted).Add(float64(count))
+// Collect emits the last report's state and the counters.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	if !last.IsZero() {
-		m.LastExhaustion.WithLabelValues(network, rangeSet).Set(float64(last.UnixNano()) / 1e9)
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-}
-
-// DeleteNetwork removes every series of a network, for when its store
-// disappears (the network was removed from the node), so stale pool gauges do
-// not keep alerts firing.
-func (m *Metrics) DeleteNetwork(network string) {
+	gauge(descBuildInfo, 1, Version, runtime.Version())
+	m.duration.Collect(ch)
 	m.mu.Lock()
-	delete(m.rangeSets, network)
-	m.mu.Unlock()
-	match := prometheus.Labels{labelNetwork: network}
-	m.PoolSize.DeletePartialMatch(match)
-	m.PoolFree.DeletePartialMatch(match)
-	m.Allocations.DeletePartialMatch(match)
-	m.LeakCandidates.DeletePartialMatch(match)
-	m.Reclaims.DeletePartialMatch(match)
-	m.Vetoes.DeletePartialMatch(match)
-	m.ReclaimGuardTripped.DeletePartialMatch(match)
-	m.AllocationFailures.DeletePartialMatch(match)
-	m.LastExhaustion.DeletePartialMatch(match)
-	m.StoresRebuilt.DeletePartialMatch(match)
-	m.StoreErrors.DeletePartialMatch(match)
-	m.DamagedRecords.DeletePartialMatch(match)
-	m.AddressesReReserved.DeletePartialMatch(match)
-	m.AddressConflicts.DeletePartialMatch(match)
-	m.IndexRepairs.DeletePartialMatch(match)
+	defer m.mu.Unlock()
+	for result, n := range m.sweeps {
+		counter(descSweeps, n, result)
+	}
+	lastOK := 0.0 // no ok sweep yet
+	if !m.lastOK.IsZero() {
+		lastOK = float64(m.lastOK.UnixNano()) / 1e9
+	}
+	gauge(descLastOK, lastOK)
+	gauge(descCRIUp, boolFloat(m.criUp))
+	for network, ns := range m.nets {
+		c := &ns.counters
+		for r, n := range c.reclaims {
+			counter(descReclaims, n, network, string(r))
+		}
+		for r, n := range c.vetoes {
+			counter(descVetoes, n, network, r)
+		}
+		for r, n := range c.rereserved {
+			counter(descReReserve, n, network, r)
+		}
+		for e, n := range c.storeErrors {
+			counter(descStoreErrs, n, network, e.class, e.errno)
+		}
+		counter(descGuard, c.guardTripped, network)
+		counter(descRebuilt, c.rebuilt, network)
+		counter(descConflicts, c.conflicts, network)
+		counter(descIdxRepair, c.indexRepairs, network)
+		g := ns.gauges
+		if g == nil {
+			continue
+		}
+		for _, p := range g.pools {
+			gauge(descPoolSize, p.size, network, p.rangeSet)
+			gauge(descPoolFree, p.free, network, p.rangeSet)
+		}
+		gauge(descAllocs, float64(g.pending), network, StatePending)
+		gauge(descAllocs, float64(g.committed), network, StateCommitted)
+		gauge(descLeaks, float64(g.candidates), network)
+		gauge(descDamaged, float64(g.damaged), network)
+		for _, e := range g.exhaustions {
+			counter(descFailures, float64(e.count), network, e.rangeSet, FailureExhausted)
+			if !e.last.IsZero() {
+				gauge(descLastExh, float64(e.last.UnixNano())/1e9, network, e.rangeSet)
+			}
+		}
+	}
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func clampInt(f float64) int {
+	const maxInt = float64(1<<62 - 1)
+	return int(min(max(f, 0), maxInt))
 }

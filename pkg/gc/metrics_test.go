@@ -1,14 +1,20 @@
 package gc
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/pool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -65,23 +71,47 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 	return string(b)
 }
 
+// rec is a record of network podnet at 10.1.0.<i> in range set 0.
+func rec(i int, state allocator.State) *allocator.Record {
+	return &allocator.Record{IP: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), ContainerID: fmt.Sprintf("sb-%d", i), State: state}
+}
+
+func usage(rs, size, used int) pool.Usage {
+	return pool.Usage{RangeSet: rs, Size: big.NewInt(int64(size)), Used: used}
+}
+
+// populate hands m two sweeps over network podnet: one that did a bit of
+// everything, then one whose CRI call failed and that could not read the
+// store (the gauges keep what the first saw).
 func populate(m *Metrics) {
-	m.InitNetwork("podnet", "0", "1")
-	m.SetPool("podnet", []PoolStats{{RangeSet: "0", Size: 254, Free: 250}, {RangeSet: "1", Size: 65534, Free: 65530}})
-	m.SetAllocations("podnet", 1, 3)
-	m.SetLeakCandidates("podnet", 2)
-	m.Reclaims.WithLabelValues("podnet", ReclaimSandboxAbsent).Add(5)
-	m.Vetoes.WithLabelValues("podnet", VetoPodListsIP).Inc()
-	m.ReclaimGuardTripped.WithLabelValues("podnet").Inc()
-	m.RecordExhaustion("podnet", "0", 2, time.Unix(1700000000, 0))
-	m.ObserveSweep(SweepOK, 12*time.Millisecond, time.Unix(1700000100, 500000000))
-	m.ObserveSweep(SweepCRIError, 3*time.Second, time.Unix(1700000130, 0))
-	m.SetCRIUp(false)
-	m.StoresRebuilt.WithLabelValues("podnet").Inc()
-	m.StoreErrors.WithLabelValues("podnet", ClassEnvironment, "EROFS").Inc()
-	m.DamagedRecords.WithLabelValues("podnet").Set(2)
-	m.AddressesReReserved.WithLabelValues("podnet", ReReserveUnrecorded).Inc()
-	m.AddressConflicts.WithLabelValues("podnet").Inc()
+	var reclaimed []ReclaimedRecord
+	for i := range 5 {
+		reclaimed = append(reclaimed, ReclaimedRecord{Record: rec(100+i, allocator.StateCommitted), Reason: ReclaimSandboxAbsent})
+	}
+	// Committed: two records and one re-reserved address.
+	decisions := []Decision{
+		{Record: rec(10, allocator.StatePending), Obs: allocator.Observation{Misses: 1}, Candidate: true},
+		{Record: rec(11, allocator.StateCommitted), Obs: allocator.Observation{Misses: 3}, Candidate: true, Reason: KeepVetoed},
+		{Record: rec(12, allocator.StateCommitted), Reason: KeepLive},
+	}
+	m.Observe(&SweepReport{Result: SweepOK, CRIReached: true, Duration: 12 * time.Millisecond, Networks: []*NetworkReport{{
+		Network: "podnet",
+		Snapshot: &Snapshot{
+			Usage:       []pool.Usage{usage(0, 254, 9), usage(1, 65534, 4)},
+			RangeSets:   make([]allocator.StoredRangeSet, 2),
+			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 2, Last: time.Unix(1700000000, 0)}},
+			Damaged:     make([]allocator.DamagedRecord, 2),
+		},
+		Verdict:     NetworkVerdict{Decisions: decisions, Guarded: true},
+		Reclaimed:   reclaimed,
+		Rebuilt:     "podnet.db.corrupt-1",
+		ReReserved:  []ReReserve{{IP: addr("10.9.0.1"), Reason: ReReserveUnrecorded}},
+		ReReserve:   []ReReserve{{IP: addr("10.9.0.1"), Reason: ReReserveUnrecorded}, {IP: addr("10.9.0.2"), Reason: ReReserveOtherOwner, Conflict: true}},
+		storeErrors: []storeError{{ClassEnvironment, "EROFS"}},
+	}}}, time.Unix(1700000100, 500000000))
+	m.Observe(&SweepReport{Result: SweepCRIError, Duration: 3 * time.Second, Networks: []*NetworkReport{{
+		Network: "podnet", Err: errors.New("store is busy"),
+	}}}, time.Unix(1700000130, 0))
 }
 
 func TestMetricsContract(t *testing.T) {
@@ -176,38 +206,86 @@ func TestSweepBuckets(t *testing.T) {
 	}
 }
 
-func TestSetPoolDropsOldRangeSets(t *testing.T) {
+// swept is a report of one sweep that read every network of pools
+// (network -> its range sets' sizes, none used).
+func swept(pools map[string][]int) *SweepReport {
+	rep := &SweepReport{Result: SweepOK, CRIReached: true}
+	for network, sizes := range pools {
+		snap := &Snapshot{RangeSets: make([]allocator.StoredRangeSet, len(sizes))}
+		for rs, size := range sizes {
+			snap.Usage = append(snap.Usage, usage(rs, size, 0))
+		}
+		rep.Networks = append(rep.Networks, &NetworkReport{Network: network, Snapshot: snap})
+	}
+	return rep
+}
+
+func series(t *testing.T, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}
+
+// A scrape shows the range sets the last sweep read: a range set the config
+// dropped goes with it.
+func TestMetricsEmitTheLastReport(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	m.SetPool("a", []PoolStats{{"0", 10, 5}, {"1", 10, 10}})
-	m.SetPool("b", []PoolStats{{"0", 4, 4}})
-	m.SetPool("a", []PoolStats{{"0", 10, 4}})
-	if n := testutil.CollectAndCount(m.PoolSize); n != 2 {
+	m.Observe(swept(map[string][]int{"a": {10, 10}, "b": {4}}), time.Now())
+	m.Observe(swept(map[string][]int{"a": {10}, "b": {4}}), time.Now())
+	if n := series(t, reg, "hostlease_pool_size_addresses"); n != 2 {
 		t.Fatalf("pool size series = %d, want 2 (a/0, b/0)", n)
 	}
-	if v := testutil.ToFloat64(m.PoolFree.WithLabelValues("a", "0")); v != 4 {
+	if v := gathered(t, reg, "hostlease_pool_free_addresses", "network", "a", "range_set", "0"); v != 10 {
 		t.Fatalf("a/0 free = %v", v)
 	}
 }
 
-func TestDeleteNetwork(t *testing.T) {
+// A network whose store cannot be read this sweep keeps the gauges of the
+// last sweep that read it, and counts the error.
+func TestMetricsKeepGaugesOfAnUnreadableStore(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.Observe(swept(map[string][]int{"a": {10}}), time.Now())
+	m.Observe(&SweepReport{Result: SweepStoreError, Networks: []*NetworkReport{{Network: "a", Err: errors.New("EIO"),
+		storeErrors: []storeError{{ClassEnvironment, "EIO"}}}}}, time.Now())
+	if v := gathered(t, reg, "hostlease_pool_size_addresses", "network", "a", "range_set", "0"); v != 10 {
+		t.Fatalf("pool size of an unreadable store = %v, want the last read 10", v)
+	}
+	if v := gathered(t, reg, "hostlease_store_errors_total", "network", "a", "class", ClassEnvironment, "errno", "EIO"); v != 1 {
+		t.Fatalf("store errors = %v", v)
+	}
+}
+
+// A network the last report does not list (its store is gone) loses every
+// series; it can come back.
+func TestMetricsForgetANetworkNoLongerReported(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	populate(m)
-	m.InitNetwork("other", "0")
-	m.SetPool("other", []PoolStats{{"0", 8, 8}})
-	m.DeleteNetwork("podnet")
+	m.Observe(swept(map[string][]int{"podnet": {254}, "other": {8}}), time.Now())
+	m.Observe(swept(map[string][]int{"other": {8}}), time.Now())
 	text := scrape(t, reg)
 	if strings.Contains(text, `network="podnet"`) {
-		t.Fatalf("series of deleted network remain:\n%s", text)
+		t.Fatalf("series of a removed network remain:\n%s", text)
 	}
 	if !strings.Contains(text, `hostlease_pool_size_addresses{network="other",range_set="0"} 8`) {
 		t.Fatalf("other network's series were deleted too:\n%s", text)
 	}
-	// The network can come back.
-	m.SetPool("podnet", []PoolStats{{"0", 1, 1}})
-	if n := testutil.CollectAndCount(m.PoolSize); n != 2 {
+	m.Observe(swept(map[string][]int{"podnet": {1}, "other": {8}}), time.Now())
+	if n := series(t, reg, "hostlease_pool_size_addresses"); n != 2 {
 		t.Fatalf("pool size series = %d, want 2", n)
+	}
+	if v := gathered(t, reg, "hostlease_reclaims_total", "network", "podnet", "reason", ReclaimSandboxAbsent); v != 0 {
+		t.Fatalf("a network back counts from 0: reclaims %v", v)
 	}
 }
 

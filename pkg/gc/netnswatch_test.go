@@ -124,7 +124,7 @@ func TestDaemonWakesOnNetnsRemoval(t *testing.T) {
 	leak := e.allocNetns("sb-leak", t0.Add(-time.Second), leakNs)
 	stop := runDaemon(t, d)
 
-	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.metric(e.m.Sweeps.WithLabelValues(SweepOK)) == 1 })
+	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.metric("hostlease_sweeps_total", "result", SweepOK) == 1 })
 	if e.records()[leak.IP] == nil {
 		t.Fatal("the start-up sweep reclaimed a record whose netns exists")
 	}

@@ -79,7 +79,7 @@ type Candidate struct {
 }
 
 // proof is the reclaim reason a candidate's proof of death gives, or "".
-func (c Candidate) proof() string {
+func (c Candidate) proof() Reason {
 	switch {
 	case c.NetnsGone:
 		return ReclaimNetnsGone
@@ -112,14 +112,14 @@ const (
 type Decision struct {
 	Record *allocator.Record
 	Action Action
-	// Reason is a short code: live, stale, absent, in_flight, vetoed, guarded,
-	// cri_unavailable, api_unavailable, sandbox_absent, netns_gone.
-	Reason string
+	// Reason says why: a Keep reason (KeepLive...) for Keep and MarkCommitted,
+	// a reclaim reason (ReclaimSandboxAbsent...) for Reclaim.
+	Reason Reason
 	// Detail explains the reason in words.
 	Detail string
 	// Obs is the observation to store (it changes even when Action is Keep).
 	Obs allocator.Observation
-	// Candidate is true for an absent record that counts as a leak candidate.
+	// Candidate is true for a leak candidate (IsLeakCandidate of Obs).
 	Candidate bool
 }
 
@@ -171,63 +171,109 @@ func GuardLimit(fraction float64, held int) int {
 //
 // A listed sandbox (READY, NOTREADY or UNKNOWN) is never reclaimed: a NOTREADY
 // one is the runtime's to tear down.
+//
+// Decide is Judge followed by Settle; a sweep calls them apart so that it
+// reads the API server only when Judge leaves a reclaim it could veto.
 func Decide(p Policy, cands []Candidate, held int, cri CRIView, api APIView, now time.Time) NetworkVerdict {
-	v := NetworkVerdict{Decisions: make([]Decision, 0, len(cands))}
-	var unproven []int
-	for _, c := range cands {
-		d := decideOne(p, c, cri, api, now)
-		if d.Action == Reclaim {
-			if c.proof() != "" {
-				v.Proven++
-			} else {
-				unproven = append(unproven, len(v.Decisions))
-			}
-		}
-		v.Decisions = append(v.Decisions, d)
-	}
-	v.WouldReclaim = len(unproven)
-	v.GuardLimit = GuardLimit(p.MaxReclaimFraction, held)
-	if len(unproven) > v.GuardLimit {
-		v.Guarded = true
-		for _, i := range unproven {
-			d := &v.Decisions[i]
-			d.Action, d.Reason = Keep, "guarded"
-			d.Detail = fmt.Sprintf("mass-reclaim guard: this sweep would reclaim %d of the %d records without proof of death (limit %d, %g of the records); waiting for a person",
-				len(unproven), held, v.GuardLimit, p.MaxReclaimFraction)
-			d.Obs.Verdict = d.Reason
-		}
+	v := Judge(p, cands, cri, now)
+	Settle(&v, p, held, api)
+	return v
+}
+
+// Judge decides each record on every rule but the API veto and the guard: a
+// record due for a reclaim without proof of death is left as a Reclaim with
+// reason ReclaimSandboxAbsent for Settle to confirm or refuse.
+func Judge(p Policy, cands []Candidate, cri CRIView, now time.Time) NetworkVerdict {
+	v := NetworkVerdict{Decisions: make([]Decision, len(cands))}
+	for i, c := range cands {
+		v.Decisions[i] = decideOne(p, c, cri, now)
 	}
 	return v
 }
 
-func decideOne(p Policy, c Candidate, cri CRIView, api APIView, now time.Time) Decision {
+// NeedsAPI reports whether the verdict holds a reclaim without proof of death,
+// the only decision the API server can veto.
+func (v *NetworkVerdict) NeedsAPI() bool {
+	for i := range v.Decisions {
+		if d := &v.Decisions[i]; d.Action == Reclaim && d.Reason == ReclaimSandboxAbsent {
+			return true
+		}
+	}
+	return false
+}
+
+// Settle finishes a verdict from Judge: each reclaim without proof of death
+// is vetoed when the API server (if used) could not be read or a live pod on
+// this node lists its address, and the rest are refused together when they
+// exceed the network's GuardLimit.
+func Settle(v *NetworkVerdict, p Policy, held int, api APIView) {
+	var unproven []int
+	v.Proven = 0
+	for i := range v.Decisions {
+		d := &v.Decisions[i]
+		if d.Action != Reclaim {
+			continue
+		}
+		if d.Reason != ReclaimSandboxAbsent {
+			v.Proven++
+			continue
+		}
+		if api.Enabled {
+			if !api.Available {
+				d.keep(KeepAPIUnavailable, "the API server could not be read to rule out a live pod")
+				continue
+			}
+			if pod, ok := podListing(api, d.Record); ok {
+				d.keep(KeepVetoed, fmt.Sprintf("pod %s/%s (uid %s) on this node lists %s", pod.Namespace, pod.Name, pod.UID, d.Record.IP))
+				continue
+			}
+		}
+		unproven = append(unproven, i)
+	}
+	v.WouldReclaim = len(unproven)
+	v.GuardLimit = GuardLimit(p.MaxReclaimFraction, held)
+	v.Guarded = len(unproven) > v.GuardLimit
+	if v.Guarded {
+		for _, i := range unproven {
+			v.Decisions[i].keep(KeepGuarded, fmt.Sprintf("mass-reclaim guard: this sweep would reclaim %d of the %d records without proof of death (limit %d, %g of the records); waiting for a person",
+				len(unproven), held, v.GuardLimit, p.MaxReclaimFraction))
+		}
+	}
+}
+
+// keep turns d into a Keep for reason, recorded as the stored verdict too.
+func (d *Decision) keep(reason Reason, detail string) {
+	d.Action, d.Reason, d.Detail, d.Obs.Verdict = Keep, reason, detail, string(reason)
+}
+
+func decideOne(p Policy, c Candidate, cri CRIView, now time.Time) Decision {
 	r := c.Record
 	d := Decision{Record: r, Action: Keep, Obs: r.Obs}
-	keep := func(reason, detail string) Decision {
-		d.Reason, d.Detail, d.Obs.Verdict = reason, detail, reason
+	keep := func(reason Reason, detail string) Decision {
+		d.keep(reason, detail)
+		d.Candidate = IsLeakCandidate(d.Obs)
 		return d
 	}
 	if !cri.Complete {
 		// Say nothing about presence: a failed list is not an absence.
-		return keep("cri_unavailable", "CRI did not answer completely: "+cri.Why)
+		return keep(KeepCRIUnavailable, "CRI did not answer completely: "+cri.Why)
 	}
 	if sb, listed := cri.Sandboxes[r.ContainerID]; listed {
 		d.Obs.Misses, d.Obs.FirstMissed, d.Obs.SandboxState = 0, time.Time{}, sb.State
 		if sb.State != SandboxReady {
-			return keep("stale", "sandbox is "+sb.State+": the runtime releases it when it removes the sandbox")
+			return keep(KeepStale, "sandbox is "+sb.State+": the runtime releases it when it removes the sandbox")
 		}
 		if r.State == allocator.StatePending && contains(sb.IPs, r.IP) {
-			d = keep("live", "sandbox READY with this address")
+			d = keep(KeepLive, "sandbox READY with this address")
 			d.Action = MarkCommitted
 			return d
 		}
-		return keep("live", "sandbox READY")
+		return keep(KeepLive, "sandbox READY")
 	}
 	if !cri.ListedAt.IsZero() && r.Created.After(cri.ListedAt) {
 		// Created after CRI was asked: it cannot be in that answer.
-		return keep("in_flight", "allocated after the CRI list was taken")
+		return keep(KeepInFlight, "allocated after the CRI list was taken")
 	}
-	d.Candidate = true
 	d.Obs.SandboxState = SandboxAbsent
 	if d.Obs.Misses == 0 || d.Obs.FirstMissed.IsZero() || d.Obs.FirstMissed.After(now) {
 		// A first miss in the future means the clock was stepped back since:
@@ -243,31 +289,25 @@ func decideOne(p Policy, c Candidate, cri CRIView, api APIView, now time.Time) D
 			why = "it was written before the node's last boot"
 		}
 		if absentFor < p.NetnsGrace {
-			return keep("absent", fmt.Sprintf("sandbox absent and %s; absent for %s of the %s --netns-grace", why, absentFor.Round(time.Second), p.NetnsGrace))
+			return keep(KeepAbsent, fmt.Sprintf("sandbox absent and %s; absent for %s of the %s --netns-grace", why, absentFor.Round(time.Second), p.NetnsGrace))
 		}
-		d.Action, d.Reason, d.Obs.Verdict = Reclaim, proof, proof
-		d.Detail = fmt.Sprintf("sandbox absent from CRI and %s (proof of death); allocation %s old", why, age.Round(time.Second))
-		return d
+		return reclaim(d, proof, fmt.Sprintf("sandbox absent from CRI and %s (proof of death); allocation %s old", why, age.Round(time.Second)))
 	}
 	if d.Obs.Misses < p.Misses {
-		return keep("absent", fmt.Sprintf("sandbox absent from CRI for %d of %d sweeps", d.Obs.Misses, p.Misses))
+		return keep(KeepAbsent, fmt.Sprintf("sandbox absent from CRI for %d of %d sweeps", d.Obs.Misses, p.Misses))
 	}
 	switch {
 	case absentFor < p.Grace:
-		return keep("absent", fmt.Sprintf("sandbox absent for %s of the %s grace", absentFor.Round(time.Second), p.Grace))
+		return keep(KeepAbsent, fmt.Sprintf("sandbox absent for %s of the %s grace", absentFor.Round(time.Second), p.Grace))
 	case age < p.MinAge:
-		return keep("in_flight", fmt.Sprintf("allocation is %s old, younger than --min-age %s: an ADD may still be in flight", age.Round(time.Second), p.MinAge))
+		return keep(KeepInFlight, fmt.Sprintf("allocation is %s old, younger than --min-age %s: an ADD may still be in flight", age.Round(time.Second), p.MinAge))
 	}
-	if api.Enabled {
-		if !api.Available {
-			return keep("api_unavailable", "the API server could not be read to rule out a live pod")
-		}
-		if pod, ok := podListing(api, r); ok {
-			return keep("vetoed", fmt.Sprintf("pod %s/%s (uid %s) on this node lists %s", pod.Namespace, pod.Name, pod.UID, r.IP))
-		}
-	}
-	d.Action, d.Reason, d.Obs.Verdict = Reclaim, ReclaimSandboxAbsent, ReclaimSandboxAbsent
-	d.Detail = fmt.Sprintf("sandbox absent from CRI for %d sweeps over %s; allocation %s old", d.Obs.Misses, absentFor.Round(time.Second), age.Round(time.Second))
+	return reclaim(d, ReclaimSandboxAbsent, fmt.Sprintf("sandbox absent from CRI for %d sweeps over %s; allocation %s old", d.Obs.Misses, absentFor.Round(time.Second), age.Round(time.Second)))
+}
+
+func reclaim(d Decision, reason Reason, detail string) Decision {
+	d.Action, d.Reason, d.Detail, d.Obs.Verdict = Reclaim, reason, detail, string(reason)
+	d.Candidate = IsLeakCandidate(d.Obs)
 	return d
 }
 
@@ -294,42 +334,4 @@ func contains(ips []netip.Addr, ip netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-// MaxInfoWrites is how many records a sweep rewrites at most only to bring
-// what a person reads up to date (see Writes).
-const MaxInfoWrites = 1000
-
-// Writes chooses which decisions a sweep stores, by index in order: every
-// decision that changes what later sweeps decide on (a reclaim, a commit, the
-// miss count, the start of an absence), and of those that change only what a
-// person reads (Observation.Verdict and SandboxState, shown by `hostlease-gc
-// list`) the first maxInfo. The others are decided again by the next sweep
-// and stored then. So when every record's observation changes at once (a
-// daemon's first sweep over a big store, a CRI outage and its end) a sweep's
-// write transaction, the exclusive lock plugins wait behind, stays bounded,
-// and the informational fields catch up within a few sweeps; the policy never
-// waits for them.
-func Writes(ds []Decision, maxInfo int) []int {
-	var out []int
-	for i, d := range ds {
-		if d.Action == Keep && d.Obs == d.Record.Obs {
-			continue // nothing changes
-		}
-		if d.Action == Keep && infoOnly(d.Obs, d.Record.Obs) {
-			if maxInfo <= 0 {
-				continue
-			}
-			maxInfo--
-		}
-		out = append(out, i)
-	}
-	return out
-}
-
-// infoOnly reports whether two observations differ only in the fields no
-// decision reads (a field added to Observation counts as read).
-func infoOnly(a, b allocator.Observation) bool {
-	a.Verdict, a.SandboxState = b.Verdict, b.SandboxState
-	return a == b
 }

@@ -159,7 +159,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		if len(unattributed) > 0 {
 			why += fmt.Sprintf("; owner unknown (kept reserved, reclaimed by the usual rules unless a sandbox uses them): %v", unattributed)
 		}
-		return tx.Audit(allocator.AuditEvent{Time: now, Action: "rebuild", By: "hostlease-gc", Reason: why})
+		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: "hostlease-gc", Reason: why})
 	})
 	if cerr := st.Close(); err == nil {
 		err = cerr
@@ -190,31 +190,6 @@ func rangeOf(sets []allocator.StoredRangeSet, ip netip.Addr) (int, allocator.Sto
 		}
 	}
 	return -1, allocator.StoredRange{}, false
-}
-
-// rebuild handles an unreadable store found by a sweep: only with a complete
-// CRI answer (a partial one would drop live addresses), and not in dry-run.
-func (s *Sweeper) rebuild(ctx context.Context, nr *NetworkReport, view CRIView, sandboxes []CRISandbox) {
-	log := s.Log.With("network", nr.Network, "path", nr.Path)
-	if s.Opts.DryRun {
-		log.Warn("store unreadable; would set it aside and rebuild it from CRI (dry run)", "error", nr.Err)
-		return
-	}
-	if !view.Complete {
-		log.Warn("store unreadable; not rebuilding without a complete CRI answer", "error", nr.Err)
-		return
-	}
-	aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.rangeCache[nr.Path], s.now())
-	if err != nil {
-		log.Error("store unreadable and rebuild failed", "error", err, "cause", nr.Err)
-		return
-	}
-	log.Warn("store was unreadable: set aside and rebuilt from CRI", "setAside", aside, "records", n, "cause", nr.Err)
-	nr.Rebuilt = aside
-	if s.Metrics != nil {
-		s.Metrics.StoresRebuilt.WithLabelValues(nr.Network).Inc()
-	}
-	nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
 }
 
 // linkAside hard-links the store at path to the first free name

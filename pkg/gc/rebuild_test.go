@@ -1,8 +1,13 @@
 package gc
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -160,7 +165,7 @@ func TestSweepRepairsLostIndex(t *testing.T) {
 	if !nr.IndexRepair.Changed() || nr.IndexRepair.OwnerAdded != 2 {
 		t.Fatalf("index repair %+v, want the 2 owner entries added", nr.IndexRepair)
 	}
-	if got := e.metric(e.m.IndexRepairs.WithLabelValues(testNet)); got != 1 {
+	if got := e.metric("hostlease_index_repairs_total", "network", testNet); got != 1 {
 		t.Fatalf("index_repairs_total = %v", got)
 	}
 	// Repaired: the plugin's DEL finds its record by owner again.
@@ -173,4 +178,149 @@ func TestSweepRepairsLostIndex(t *testing.T) {
 	if !ok {
 		t.Fatal("indexes still disagree with the records")
 	}
+}
+
+func TestSweepRebuildsUnreadableStore(t *testing.T) {
+	small := []allocator.StoredRangeSet{{Ranges: []allocator.StoredRange{{
+		Subnet: netip.MustParsePrefix("10.1.0.0/24"), Start: addr("10.1.0.10"), End: addr("10.1.0.13"), Gateway: addr("10.1.0.1"),
+	}}}}
+	corruptions := []struct {
+		name string
+		do   func(t *testing.T, path string)
+	}{
+		{"garbage", func(t *testing.T, path string) {
+			b := fileBytes(t, path)
+			for i := range b {
+				b[i] = byte(i*7 + 3)
+			}
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"truncated", func(t *testing.T, path string) {
+			// The meta pages survive; the pages they point at do not.
+			if err := os.Truncate(path, 3*4096); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"empty", func(t *testing.T, path string) {
+			if err := os.Truncate(path, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, c := range corruptions {
+		t.Run(c.name, func(t *testing.T) {
+			e := newSweepEnv(t)
+			e.ranges = small
+			created := t0.Add(-time.Hour)
+			a := e.alloc("sb-a", created)  // .10 READY
+			e.alloc("sb-b", created)       // .11 leaked: its sandbox is gone
+			cc := e.alloc("sb-c", created) // .12 READY
+			d := e.alloc("sb-d", created)  // .13 NOTREADY
+			e.cri.set("sb-a", SandboxReady, a.IP)
+			e.cri.set("sb-c", SandboxReady, cc.IP, addr("fd00::c")) // plus an address of another network
+			e.cri.set("sb-d", SandboxNotReady, d.IP)
+			e.cri.set("sb-x", SandboxReady, addr("192.168.7.7")) // a pod on another network
+			if rep := e.sweepAt(t0); rep.Result != SweepOK {
+				t.Fatalf("first sweep: %s", rep.Result)
+			}
+
+			c.do(t, e.path)
+			damaged := fileBytes(t, e.path)
+			now := t0.Add(time.Minute)
+			rep := e.sweepAt(now)
+			nr := e.net(rep)
+			aside := fmt.Sprintf("%s.corrupt-%d", e.path, now.Unix())
+			if nr.Rebuilt != aside || nr.Err != nil {
+				t.Fatalf("rebuilt=%q err=%v, want set aside as %s", nr.Rebuilt, nr.Err, aside)
+			}
+			if !bytes.Equal(fileBytes(t, aside), damaged) {
+				t.Fatal("the set-aside file is not the unreadable store as it was")
+			}
+			recs := e.records()
+			if len(recs) != 3 || recs[a.IP] == nil || recs[cc.IP] == nil || recs[d.IP] == nil {
+				t.Fatalf("rebuilt store holds %v, want exactly the READY sandboxes' %s and %s and the NOTREADY one's %s", keys(recs), a.IP, cc.IP, d.IP)
+			}
+			for _, r := range recs {
+				if r.State != allocator.StateCommitted || r.Source != "rebuild" || r.RangeSet != 0 || r.PodUID != "uid-"+r.ContainerID ||
+					r.PrefixLen != 24 || r.Gateway != addr("10.1.0.1") {
+					t.Errorf("rebuilt record %+v", r)
+				}
+			}
+			if recs[a.IP].ContainerID != "sb-a" || recs[cc.IP].ContainerID != "sb-c" {
+				t.Errorf("rebuilt owners: %s=%s %s=%s", a.IP, recs[a.IP].ContainerID, cc.IP, recs[cc.IP].ContainerID)
+			}
+			var sawRebuild bool
+			for _, ev := range e.audit() {
+				sawRebuild = sawRebuild || ev.Action == "rebuild"
+			}
+			if !sawRebuild {
+				t.Error("no rebuild entry in the new store's audit log")
+			}
+			if got := e.metric("hostlease_stores_rebuilt_total", "network", testNet); got != 1 {
+				t.Errorf("stores_rebuilt_total = %v, want 1", got)
+			}
+			if got := e.metric("hostlease_pool_size_addresses", "network", testNet, "range_set", "0"); got != 4 {
+				t.Errorf("pool size after rebuild = %v, want 4 (the cached range set)", got)
+			}
+
+			// The plugin serves from the rebuilt store: it must never hand out
+			// an address a READY sandbox holds (.10, .12) nor the one the
+			// NOTREADY sandbox still reports (.13: its pod is stopped, not
+			// gone). Only the leaked .11 is free again.
+			owner := func(id string) allocator.Owner { return allocator.Owner{ContainerID: id, IfName: "eth0"} }
+			inUse := map[netip.Addr]bool{a.IP: true, cc.IP: true, d.IP: true}
+			got := map[netip.Addr]bool{}
+			for i := range 2 {
+				recs, cerr := e.tryAlloc(owner(fmt.Sprintf("new-%d", i)), now)
+				if cerr != nil {
+					if cerr.Code != allocator.ErrRangeExhausted || i != 1 {
+						t.Fatalf("ADD %d on the rebuilt store: %v", i, cerr)
+					}
+					break
+				}
+				if inUse[recs[0].IP] || got[recs[0].IP] {
+					t.Fatalf("ADD %d on the rebuilt store got %s, which is in use", i, recs[0].IP)
+				}
+				got[recs[0].IP] = true
+			}
+			if len(got) != 1 {
+				t.Fatalf("ADDs on the rebuilt store got %v, want the one free address", got)
+			}
+			// And the daemon keeps sweeping the rebuilt store normally.
+			if rep := e.sweepAt(now.Add(time.Minute)); rep.Result != SweepOK || e.net(rep).Rebuilt != "" {
+				t.Fatalf("sweep after rebuild: %s rebuilt %q", rep.Result, e.net(rep).Rebuilt)
+			}
+		})
+	}
+
+	t.Run("not without a complete CRI answer", func(t *testing.T) {
+		e := newSweepEnv(t)
+		a := e.alloc("sb-a", t0.Add(-time.Hour))
+		e.cri.set("sb-a", SandboxReady, a.IP)
+		e.sweepAt(t0)
+		if err := os.Truncate(e.path, 0); err != nil {
+			t.Fatal(err)
+		}
+		e.cri.setListErr(errors.New("unavailable"))
+		rep := e.sweepAt(t0.Add(time.Minute))
+		if nr := e.net(rep); nr.Rebuilt != "" || !errors.Is(nr.Err, store.ErrUnreadable) {
+			t.Fatalf("rebuilt=%q err=%v, want left unreadable", nr.Rebuilt, nr.Err)
+		}
+		if matches, _ := filepath.Glob(e.path + ".corrupt-*"); len(matches) != 0 {
+			t.Fatalf("set aside without a CRI answer: %v", matches)
+		}
+		if fi, err := os.Stat(e.path); err != nil || fi.Size() != 0 {
+			t.Fatalf("unreadable store was touched: %v %v", fi, err)
+		}
+		// CRI is back: rebuilt now.
+		e.cri.setListErr(nil)
+		if rep := e.sweepAt(t0.Add(2 * time.Minute)); e.net(rep).Rebuilt == "" {
+			t.Fatalf("not rebuilt once CRI answered: %v", e.net(rep).Err)
+		}
+		if recs := e.records(); len(recs) != 1 || recs[a.IP] == nil {
+			t.Fatalf("rebuilt store %v", keys(recs))
+		}
+	})
 }

@@ -154,7 +154,7 @@ func applyReReserves(tx *store.Tx, network string, sets []allocator.StoredRangeS
 		switch {
 		case cur != nil && cur.ContainerID == rr.Sandbox.ID:
 			continue
-		case cur != nil && (rr.Prev == nil || cur.ContainerID != rr.Prev.ContainerID || cur.IfName != rr.Prev.IfName || !cur.Created.Equal(rr.Prev.Created)):
+		case cur != nil && (rr.Prev == nil || !allocator.SameAllocation(cur, rr.Prev)):
 			continue
 		}
 		rec := &allocator.Record{
@@ -177,59 +177,11 @@ func applyReReserves(tx *store.Tx, network string, sets []allocator.StoredRangeS
 		case rr.Prev != nil:
 			why = fmt.Sprintf("in use by a READY sandbox but recorded for sandbox %s (not READY)", rr.Prev.ContainerID)
 		}
-		if err := tx.Audit(allocator.AuditEvent{Time: now, Action: "re-reserve", Reason: rr.Reason + ": " + why,
+		if err := tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditReReserve, Reason: rr.Reason + ": " + why,
 			IP: rr.IP, ContainerID: rr.Sandbox.ID, IfName: ReReserveIfName, Pod: rec.PodRef(), By: "hostlease-gc"}); err != nil {
 			return nil, err
 		}
 		done = append(done, rr)
 	}
 	return done, nil
-}
-
-// reportReReserves logs, and posts Events for, what the reconciliation did
-// (or, in a dry run, would do) and the conflicts it found.
-func (s *Sweeper) reportReReserves(ctx context.Context, log interface {
-	Warn(string, ...any)
-	Error(string, ...any)
-}, nr *NetworkReport, api APIView) {
-	event := func(rr ReReserve, typ, reason, msg string) {
-		r := &allocator.Record{IP: rr.IP, ContainerID: rr.Sandbox.ID, PodUID: rr.Sandbox.PodUID}
-		if err := s.Kube.Event(ctx, api, r, typ, reason, msg); err != nil {
-			log.Warn("could not post Event", "error", err)
-		}
-	}
-	prev := func(rr ReReserve) string {
-		if rr.Prev == nil {
-			return ""
-		}
-		return rr.Prev.ContainerID
-	}
-	pod := func(sb CRISandbox) string { return sb.PodNamespace + "/" + sb.PodName }
-	for _, rr := range nr.ReReserve {
-		if !rr.Conflict {
-			continue
-		}
-		log.Error("ADDRESS CONFLICT: two READY sandboxes use one address; not rewritten, a person must look",
-			"ip", rr.IP, "sandbox", rr.Sandbox.ID, "pod", pod(rr.Sandbox), "recordedFor", prev(rr))
-		if s.Opts.DryRun {
-			continue
-		}
-		event(rr, "Warning", "AddressConflict", fmt.Sprintf("hostlease-gc: %s (network %s) is used by sandbox %s and recorded for READY sandbox %s",
-			rr.IP, nr.Network, short(rr.Sandbox.ID), short(prev(rr))))
-	}
-	if s.Opts.DryRun {
-		for _, rr := range nr.ReReserve {
-			if !rr.Conflict {
-				log.Warn("would re-reserve address for the READY sandbox that uses it (dry run)", "ip", rr.IP, "reason", rr.Reason,
-					"sandbox", rr.Sandbox.ID, "pod", pod(rr.Sandbox), "recordedFor", prev(rr))
-			}
-		}
-		return
-	}
-	for _, rr := range nr.ReReserved {
-		log.Warn("re-reserved address for the READY sandbox that uses it: the store did not hold it for that sandbox",
-			"ip", rr.IP, "reason", rr.Reason, "sandbox", rr.Sandbox.ID, "pod", pod(rr.Sandbox), "recordedFor", prev(rr))
-		event(rr, "Warning", "AddressReReserved", fmt.Sprintf("hostlease-gc re-reserved %s (network %s) for sandbox %s, which uses it (%s)",
-			rr.IP, nr.Network, short(rr.Sandbox.ID), rr.Reason))
-	}
 }

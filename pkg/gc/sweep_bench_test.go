@@ -213,7 +213,7 @@ func BenchmarkSweep10kReadLock(b *testing.B) {
 		sb.sweep(b, s)
 	}
 	path := store.FilePath(sb.dir, "bench")
-	cache := s.decodeCache("bench")
+	cache := &s.stores[path].decoded
 	for b.Loop() {
 		_, scan, err := scanStore(path, cache, false)
 		if err != nil {

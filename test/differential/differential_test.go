@@ -23,36 +23,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 var binDir string
 
+// TestMain builds host-local (the version pinned in go.mod) and hostlease.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "hostlease-differential-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := func() int {
-		defer os.RemoveAll(dir)
-		for _, pkg := range []string{
-			"github.com/containernetworking/plugins/plugins/ipam/host-local", // the version pinned in go.mod
-			"github.com/hostlease/hostlease/cmd/ipam",
-		} {
-			out := filepath.Join(dir, filepath.Base(pkg))
-			cmd := exec.Command("go", "build", "-o", out, pkg)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, b)
-				return 1
-			}
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(testbin.Main(m, "differential", map[string]string{"host-local": testbin.HostLocal, "hostlease": testbin.Plugin}, &binDir))
 }
 
 // plugin is one of the two binaries with its own data dir.
@@ -64,7 +44,7 @@ type plugin struct {
 
 func newPlugins(t *testing.T) (hostLocal, hostLease plugin) {
 	return plugin{"host-local", filepath.Join(binDir, "host-local"), t.TempDir()},
-		plugin{"hostlease", filepath.Join(binDir, "ipam"), t.TempDir()}
+		plugin{"hostlease", filepath.Join(binDir, "hostlease"), t.TempDir()}
 }
 
 // op is one CNI call.

@@ -347,7 +347,7 @@ func TestEnvDaemonOutOfFileDescriptors(t *testing.T) {
 	d := startDaemon(t, nil, "--cri-endpoint", e.n.cri.Endpoint(), "--data-dir", e.dataDir, "--netns-dir", e.netns,
 		"--interval", "1s", "--misses", "1", "--netns-grace", "0s")
 	d.waitFor("a first sweep", func() bool { return e.n.cri.Lists() >= 1 })
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 	// Only the soft limit moves: raising a hard limit again needs
 	// CAP_SYS_RESOURCE, which a container may not have.
 	setLimit := func(soft string) {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/leasecheck"
 )
 
 // TestFaultInjection damages a copy of a real store at every point of the
@@ -26,7 +28,7 @@ func TestFaultInjection(t *testing.T) {
 // done by concurrent plugin processes: workers ADD fresh sandboxes, hold them
 // across their next ADD and DEL them, while the damaged owners are deleted and
 // others checked. Two holdings of one address are a duplicate when both ADDs
-// had returned before either DEL started (holdings.duplicates).
+// had returned before either DEL started (internal/leasecheck).
 func TestFaultInjectionConcurrent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the concurrent damage suite")
@@ -335,86 +337,29 @@ func (r *run) pluginPhase() {
 	r.simpleVerb(when, "GC", nil, gcConf(r.dataDir, r.validAttachments()), mayFree...)
 }
 
-// interval is one holding of an address, as seen from outside the processes:
-// the holder's ADD ran from AddStart to AddDone, its DEL started at DelStart
-// (zero: never). Holdings from before the phase have an AddDone in the past.
-type interval struct {
-	Owner              string
-	AddStart, AddDone  time.Time
-	DelStart           time.Time
-	FromBeforeThePhase bool
-}
-
-// holdings is the per-address record of holders for the concurrent phase.
-type holdings struct {
-	mu   sync.Mutex
-	byIP map[netip.Addr][]*interval
-}
-
-func (h *holdings) hold(ip netip.Addr, iv *interval) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.byIP[ip] = append(h.byIP[ip], iv)
-}
-
-// duplicates lists every pair of holdings of one address that certainly
-// overlapped: both ADDs had returned before either DEL started (whatever the
-// order of the commits inside those windows, both held the address at once).
-func (h *holdings) duplicates() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for ip, hs := range h.byIP {
-		for i, x := range hs {
-			for _, y := range hs[i+1:] {
-				bothAdded := x.AddDone
-				if y.AddDone.After(bothAdded) {
-					bothAdded = y.AddDone
-				}
-				firstDel := x.DelStart
-				if firstDel.IsZero() || (!y.DelStart.IsZero() && y.DelStart.Before(firstDel)) {
-					firstDel = y.DelStart
-				}
-				if !firstDel.IsZero() && !bothAdded.Before(firstDel) {
-					continue
-				}
-				out = append(out, fmt.Sprintf("%s held by %s and %s at once (both ADDs returned, by %s, before either DEL started)",
-					ip, h.name(x), h.name(y), bothAdded.Format(time.StampMicro)))
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func (h *holdings) name(iv *interval) string {
-	if iv.FromBeforeThePhase {
-		return iv.Owner + " (held since before the phase)"
-	}
-	return shortName(iv.Owner)
-}
+// sinceBeforeThePhase names the owner of a holding booked for a record that
+// existed before the concurrent phase.
+func sinceBeforeThePhase(owner string) string { return owner + " (held since before the phase)" }
 
 // concurrentPluginPhase: workers ADD and hold while the damaged owners are
 // deleted and others checked, all as concurrent processes.
 func (r *run) concurrentPluginPhase() {
 	const when = "concurrently after damage"
 	const workers, cycles = 4, 4
-	h := &holdings{byIP: map[netip.Addr][]*interval{}}
+	h := leasecheck.NewBook()
 	start := time.Now().Add(-time.Hour)
-	static := map[string]*interval{}
+	static := map[string]*leasecheck.Holding{}
 	for ip, who := range r.m.held() {
-		iv := &interval{Owner: who, AddDone: start, FromBeforeThePhase: true}
+		iv := &leasecheck.Holding{Owner: sinceBeforeThePhase(who), AddDone: start}
 		if o := r.m.ownerOf(ip); o != nil {
-			iv.Owner = o.Role.String() + " owner " + o.ID
+			iv.Owner = sinceBeforeThePhase(o.Role.String() + " owner " + o.ID)
 			static[o.ID] = iv
 		}
-		h.hold(ip, iv)
+		h.Hold(iv, ip)
 	}
 	del := func(o *owner) {
 		if iv := static[o.ID]; iv != nil && !r.m.quarantined[o.IP] {
-			h.mu.Lock()
-			iv.DelStart = time.Now()
-			h.mu.Unlock()
+			h.Releasing(iv)
 		}
 		r.del(when, o)
 	}
@@ -422,10 +367,10 @@ func (r *run) concurrentPluginPhase() {
 	for range workers {
 		wg.Go(func() {
 			var prev *owner
-			var prevIv *interval
+			var prevIv *leasecheck.Holding
 			for range cycles {
 				o := r.newOwner()
-				iv := &interval{Owner: o.ID, AddStart: time.Now()}
+				iv := &leasecheck.Holding{Owner: shortName(o.ID), AddStart: time.Now()}
 				out := runPlugin(invocation{Command: "ADD", ContainerID: o.ID, Netns: r.netns(o.ID), Conf: r.conf})
 				iv.AddDone = time.Now()
 				if out.OK() {
@@ -434,7 +379,7 @@ func (r *run) concurrentPluginPhase() {
 						r.t.Errorf("%s: ADD %s: %v", when, shortName(o.ID), err)
 					} else {
 						o.IP = ip
-						h.hold(ip, iv)
+						h.Hold(iv, ip)
 						r.m.mu.Lock()
 						r.m.owners[o.ID] = o
 						r.m.mu.Unlock()
@@ -448,9 +393,7 @@ func (r *run) concurrentPluginPhase() {
 				}
 				// The previous sandbox was held across this ADD; now it goes.
 				if prev != nil {
-					h.mu.Lock()
-					prevIv.DelStart = time.Now()
-					h.mu.Unlock()
+					h.Releasing(prevIv)
 					r.del(when, prev)
 				}
 				prev, prevIv = o, iv
@@ -480,8 +423,9 @@ func (r *run) concurrentPluginPhase() {
 		r.simpleVerb(when, "STATUS", nil, r.conf)
 	})
 	wg.Wait()
-	for _, d := range h.duplicates() {
-		r.t.Errorf("%s: duplicate: %s", when, d)
+	for _, d := range h.Duplicates() {
+		r.t.Errorf("%s: duplicate: %s held by %s and %s at once (both ADDs returned, by %s, before either DEL started)",
+			when, d.IP, d.A.Owner, d.B.Owner, d.Both.Format(time.StampMicro))
 	}
 	r.simpleVerb("after the concurrent phase", "GC", nil, gcConf(r.dataDir, r.validAttachments()))
 }

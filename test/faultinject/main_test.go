@@ -27,26 +27,21 @@
 package faultinject
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/internal/gcproc"
 	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/internal/testbin"
 )
@@ -71,22 +66,8 @@ var binDir string
 func pluginBin() string { return filepath.Join(binDir, "hostlease") }
 func gcBin() string     { return filepath.Join(binDir, "hostlease-gc") }
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	flag.Parse()
-	dir, err := testbin.BuildTemp("hostlease-faultinject-bin-", map[string]string{
-		"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC,
-	})
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "faultinject: building binaries:", err)
-		return 1
-	}
-	binDir = dir
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testbin.Main(m, "faultinject", map[string]string{"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC}, &binDir))
 }
 
 // outcome is what one plugin process did.
@@ -205,123 +186,45 @@ next:
 	return v, found
 }
 
-// daemon is a running `hostlease-gc run` process: a real process talking
-// gRPC to a runtime over its unix socket.
+// daemon is a running `hostlease-gc run` process (internal/gcproc): a real
+// process talking gRPC to a runtime over its unix socket.
 type daemon struct {
-	t       testing.TB
-	cmd     *exec.Cmd
-	args    []string
-	addr    string // where /metrics is served
-	done    chan struct{}
-	scanned chan struct{}
-	mu      sync.Mutex
-	lines   []string
+	*gcproc.Daemon
+	t testing.TB
 }
 
 // startDaemon starts `hostlease-gc run` with flags (wrap changes the process)
 // and waits until it serves /metrics.
 func startDaemon(t testing.TB, wrap func(*exec.Cmd), flags ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, done: make(chan struct{}), scanned: make(chan struct{})}
-	d.args = append([]string{"run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--no-api"}, flags...)
-	d.cmd = exec.Command(gcBin(), d.args...)
-	if wrap != nil {
-		wrap(d.cmd)
-	}
-	pr, pw := io.Pipe()
-	d.cmd.Stdout, d.cmd.Stderr = pw, pw
-	addrCh := make(chan string, 1)
-	go func() {
-		defer close(d.scanned)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			d.mu.Lock()
-			d.lines = append(d.lines, line)
-			d.mu.Unlock()
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving metrics" {
-				if a, ok := m["addr"].(string); ok {
-					select {
-					case addrCh <- a:
-					default:
-					}
-				}
-			}
-		}
-	}()
-	if err := d.cmd.Start(); err != nil {
+	args := append([]string{"run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--no-api"}, flags...)
+	p, err := gcproc.Start(gcBin(), args, wrap)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = d.cmd.Wait()
-		pw.Close()
-		close(d.done)
-	}()
+	d := &daemon{Daemon: p, t: t}
 	t.Cleanup(d.stop)
-	select {
-	case d.addr = <-addrCh:
-	case <-d.done:
-		d.stop()
-		t.Fatalf("hostlease-gc %s exited at start: %v\n%s", strings.Join(d.args, " "), d.cmd.ProcessState, strings.Join(d.log(), "\n"))
-	case <-time.After(30 * time.Second):
-		d.stop()
-		t.Fatalf("hostlease-gc run did not serve metrics within 30s\n%s", strings.Join(d.log(), "\n"))
-	}
 	return d
 }
 
-func (d *daemon) log() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]string(nil), d.lines...)
-}
+func (d *daemon) log() []string { return d.Lines() }
 
-// stop ends the daemon with SIGTERM (SIGKILL if it lingers) and waits for it
-// and its log.
-func (d *daemon) stop() {
-	select {
-	case <-d.done:
-	default:
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(20 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-d.done
-		}
-	}
-	<-d.scanned
-}
+// stop ends the daemon with SIGTERM (SIGKILL after the hang guard) and waits
+// for it and its log.
+func (d *daemon) stop() { d.Stop() }
 
 // scrape reads /metrics (nil when it cannot).
 func (d *daemon) scrape() []promtext.Sample {
-	client := http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + d.addr + "/metrics")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	samples, _ := promtext.Parse(string(body))
+	samples, _ := d.Scrape()
 	return samples
 }
 
 // waitFor polls cond until it holds; the deadline is a hang guard.
 func (d *daemon) waitFor(what string, cond func() bool) {
 	d.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			d.stop()
-			d.t.Fatalf("hostlease-gc: %s: not within 60s\n%s", what, strings.Join(d.log(), "\n"))
-		}
-		select {
-		case <-d.done:
-			d.stop()
-			d.t.Fatalf("hostlease-gc exited while waiting for %s: %v\n%s", what, d.cmd.ProcessState, strings.Join(d.log(), "\n"))
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := d.Wait(what, cond); err != nil {
+		d.stop()
+		d.t.Fatal(err)
 	}
 }
 

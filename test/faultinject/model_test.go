@@ -15,6 +15,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/internal/fakecri"
 )
 
@@ -284,17 +285,6 @@ func copyFile(from, to string) error {
 	return dst.Close()
 }
 
-func resultIP(stdout []byte) (netip.Addr, error) {
-	var res struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	}
-	if err := json.Unmarshal(stdout, &res); err != nil || len(res.IPs) != 1 {
-		return netip.Addr{}, fmt.Errorf("result %q: want one address (%v)", stdout, err)
-	}
-	p, err := netip.ParsePrefix(res.IPs[0].Address)
-	return p.Addr(), err
-}
+func resultIP(stdout []byte) (netip.Addr, error) { return cniexec.ResultIP(stdout) }
 
 func inPool(ip netip.Addr) bool { return ip.Compare(rangeStart) >= 0 && ip.Compare(rangeEnd) <= 0 }

@@ -13,6 +13,9 @@ import (
 
 // The store's byte formats, written out here independently of pkg/allocator:
 // the format is what the damage targets, and what the checks read back.
+// This decoder is an intentional second implementation, an independent
+// oracle: checks made through pkg/allocator's own codec could not see a bug
+// that codec shares with the store. Do not replace it with pkg/allocator's.
 
 // Bucket and key names of a schema 2 store.
 const (

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -45,7 +44,7 @@ func TestDamagedRecordContained(t *testing.T) {
 	n.scramble(broken.As4())
 
 	d := n.startDaemon()
-	eventually(t, 15*time.Second, "the leak beside the damaged record reclaimed", func() (bool, string) {
+	eventually(t, "the leak beside the damaged record reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "sandbox_absent")
 		return v == 1, fmt.Sprintf("reclaims %v", v)
 	})
@@ -68,11 +67,11 @@ func TestDamagedRecordContained(t *testing.T) {
 
 	// The runtime shows a READY sandbox using the damaged address.
 	n.cri.Ready("broken", broken)
-	eventually(t, 15*time.Second, "the damaged address re-reserved for its user", func() (bool, string) {
+	eventually(t, "the damaged address re-reserved for its user", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_addresses_rereserved_total", lbl("network", network, "reason", "damaged"))
 		return v == 1, fmt.Sprintf("rereserved{damaged} %v", v)
 	})
-	eventually(t, 15*time.Second, "no damaged record left", func() (bool, string) {
+	eventually(t, "no damaged record left", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_damaged_records", netLabel)
 		return v == 0, fmt.Sprintf("damaged %v", v)
 	})
@@ -97,11 +96,11 @@ func TestEnvironmentErrorNeverRebuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := n.startDaemon()
-	eventually(t, 15*time.Second, "the environment error counted on 2 sweeps", func() (bool, string) {
+	eventually(t, "the environment error counted on 2 sweeps", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_store_errors_total", lbl("network", "linked", "class", "environment", "errno", "ELOOP"))
 		return v >= 2, fmt.Sprintf("store_errors{linked,environment,ELOOP} %v", v)
 	})
-	eventually(t, 15*time.Second, "the healthy network's leak reclaimed", func() (bool, string) {
+	eventually(t, "the healthy network's leak reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "sandbox_absent")
 		return v == 1, fmt.Sprintf("reclaims %v", v)
 	})

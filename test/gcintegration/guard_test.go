@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"maps"
+	"slices"
 
 	"github.com/hostlease/hostlease/pkg/gc"
 )
@@ -42,7 +44,7 @@ func TestWrongSocketReclaimsNothing(t *testing.T) {
 	n.cri.Ready("someone-elses-sandbox", netip.MustParseAddr("192.168.200.7"))
 
 	d := n.startDaemon(defaultGuard...)
-	eventually(t, 30*time.Second, "the guard tripped on 3 sweeps", func() (bool, string) {
+	eventually(t, "the guard tripped on 3 sweeps", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_reclaim_guard_tripped_total", netLabel)
 		return v >= 3, fmt.Sprintf("hostlease_reclaim_guard_tripped_total %v", v)
 	})
@@ -80,7 +82,7 @@ func TestGuardLetsLoneLeakGo(t *testing.T) {
 	n.cri.Ready("live", live)
 	n.add("leak")
 	d := n.startDaemon(defaultGuard...)
-	eventually(t, 15*time.Second, "the lone leak reclaimed", func() (bool, string) {
+	eventually(t, "the lone leak reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "sandbox_absent")
 		return v == 1, fmt.Sprintf("reclaims %v", v)
 	})
@@ -122,5 +124,63 @@ func TestBadFlagsRefused(t *testing.T) {
 	}
 	if lists, _, _ := n.cri.Counts(); lists != 0 {
 		t.Fatalf("a refused daemon listed sandboxes %d times", lists)
+	}
+}
+
+// More leaks at once than --max-reclaim-fraction of the pool: the daemon
+// refuses, alerts and waits for a person. A restart with a higher limit
+// reclaims them.
+func TestMassReclaimGuard(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, 8)
+	for i := range 3 {
+		n.add(fmt.Sprintf("leak-%d", i))
+	}
+	d := n.startDaemon("--max-reclaim-fraction", "0.25") // 3 > max(1, 0.25 * 3 records)
+	eventually(t, "the guard tripped 3 times", func() (bool, string) {
+		v, _ := d.scrape().get("hostlease_reclaim_guard_tripped_total", netLabel)
+		return v >= 3, fmt.Sprintf("hostlease_reclaim_guard_tripped_total %v", v)
+	})
+	m := d.scrape()
+	trips := m.value(t, "hostlease_reclaim_guard_tripped_total", netLabel)
+	if v := m.value(t, "hostlease_vetoes_total", lbl("network", network, "reason", "mass_reclaim_guard")); v != 3*trips {
+		t.Errorf("hostlease_vetoes_total{mass_reclaim_guard} = %v, want 3 per trip (%v trips)", v, trips)
+	}
+	if v := m.sum("hostlease_reclaims_total", netLabel); v != 0 {
+		t.Errorf("guard tripped but %v addresses were reclaimed", v)
+	}
+	if v := m.value(t, "hostlease_leak_candidates", netLabel); v != 3 {
+		t.Errorf("hostlease_leak_candidates = %v, want 3", v)
+	}
+	recs := n.records()
+	if len(recs) != 3 {
+		t.Fatalf("records %v, want the 3 leaks kept", slices.Sorted(maps.Keys(recs)))
+	}
+	for id, r := range recs {
+		if r.Obs.Verdict != "guarded" {
+			t.Errorf("%s verdict %q, want guarded", id, r.Obs.Verdict)
+		}
+	}
+	alerts := d.logs.entries("MASS-RECLAIM GUARD: refusing to reclaim without proof of death; a person must look (hostlease-gc leaks)")
+	if len(alerts) == 0 || alerts[0]["level"] != "ERROR" || alerts[0]["wouldReclaim"] != 3.0 {
+		t.Errorf("daemon log: %v, want an ERROR naming 3 addresses", alerts)
+	}
+	rows := n.leaksJSON("--misses", "2", "--grace", "0s", "--min-age", "0s", "--max-reclaim-fraction", "0.25")
+	if len(rows) != 3 || rows[0].Reason != "guarded" || !strings.Contains(rows[0].Detail, "would reclaim 3 of the 3 records") {
+		t.Errorf("hostlease-gc leaks: %v, want 3 rows explaining the guard", rows)
+	}
+
+	// The person looked and raises the limit.
+	d.stopClean()
+	d2 := n.startDaemon("--max-reclaim-fraction", "1") // 3 <= 1 * 3 records
+	eventually(t, "the 3 leaks reclaimed after the restart", func() (bool, string) {
+		v := reclaimsOf(d2.scrape(), "sandbox_absent")
+		return v == 3, fmt.Sprintf("reclaims %v", v)
+	})
+	if v := d2.scrape().value(t, "hostlease_reclaim_guard_tripped_total", netLabel); v != 0 {
+		t.Errorf("after raising the limit the guard still tripped %v times", v)
+	}
+	if p := n.pool(); p.Free != "8" {
+		t.Errorf("status %+v, want the pool full", p)
 	}
 }

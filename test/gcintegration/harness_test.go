@@ -8,29 +8,26 @@
 package gcintegration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hostlease/hostlease/internal/cniexec"
+	"github.com/hostlease/hostlease/internal/gcproc"
 	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 var binDir string
@@ -38,21 +35,8 @@ var binDir string
 func pluginBin() string { return filepath.Join(binDir, "hostlease") }
 func gcBin() string     { return filepath.Join(binDir, "hostlease-gc") }
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	dir, err := testbin.BuildTemp("hostlease-gcintegration-bin-", map[string]string{
-		"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC,
-	})
-	if dir != "" {
-		defer os.RemoveAll(dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gcintegration: building binaries:", err)
-		return 1
-	}
-	binDir = dir
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(testbin.Main(m, "gcintegration", map[string]string{"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC}, &binDir))
 }
 
 // ---------------------------------------------------------------------------
@@ -167,18 +151,7 @@ func (n *node) commitMarker(id string) {
 	}
 }
 
-func resultIP(stdout []byte) (netip.Addr, error) {
-	var res struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	}
-	if err := json.Unmarshal(stdout, &res); err != nil || len(res.IPs) != 1 {
-		return netip.Addr{}, fmt.Errorf("result %q: want one address (%v)", stdout, err)
-	}
-	p, err := netip.ParsePrefix(res.IPs[0].Address)
-	return p.Addr(), err
-}
+func resultIP(stdout []byte) (netip.Addr, error) { return cniexec.ResultIP(stdout) }
 
 // ---------------------------------------------------------------------------
 // The CLI, as an operator runs it.
@@ -211,8 +184,9 @@ func (n *node) records() map[string]allocator.Record {
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc list: exit %d: %s", code, errOut)
 	}
-	var recs []allocator.Record
-	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+	// A store with damaged records makes list exit non-zero (above).
+	recs, _, err := gc.DecodeList([]byte(out))
+	if err != nil {
 		n.t.Fatalf("hostlease-gc list -o json: %v\n%s", err, out)
 	}
 	m := map[string]allocator.Record{}
@@ -222,28 +196,15 @@ func (n *node) records() map[string]allocator.Record {
 	return m
 }
 
-// poolRow is one row of `hostlease-gc status -o json`.
-type poolRow struct {
-	Network    string  `json:"network"`
-	RangeSet   int     `json:"rangeSet"`
-	Size       float64 `json:"size"`
-	Used       int     `json:"used"`
-	Free       float64 `json:"free"`
-	Pending    int     `json:"pending"`
-	Candidates int     `json:"leakCandidates"`
-	Exhausted  uint64  `json:"exhaustions"`
-	Error      string  `json:"error"`
-}
-
 // pool reads the network's only range set with `hostlease-gc status -o json`.
-func (n *node) pool() poolRow {
+func (n *node) pool() gc.PoolRow {
 	n.t.Helper()
 	out, errOut, code := gcCLI(n.t, "status", "--data-dir", n.dataDir, "-o", "json")
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc status: exit %d: %s", code, errOut)
 	}
-	var rows []poolRow
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	rows, err := gc.DecodeRows[gc.PoolRow]([]byte(out))
+	if err != nil {
 		n.t.Fatalf("hostlease-gc status -o json: %v\n%s", err, out)
 	}
 	if len(rows) != 1 || rows[0].Network != network {
@@ -252,34 +213,35 @@ func (n *node) pool() poolRow {
 	return rows[0]
 }
 
-// audit reads the store's audit log.
+// audit reads the network's audit log, oldest first, with
+// `hostlease-gc audit -o json`.
 func (n *node) audit() []allocator.AuditEvent {
 	n.t.Helper()
-	st, err := store.Open(n.storePath(), store.OpenOptions{ReadOnly: true, LockTimeout: lockTimeout})
-	if err != nil {
-		n.t.Fatalf("opening store for its audit log: %v", err)
+	out, errOut, code := gcCLI(n.t, "audit", "--data-dir", n.dataDir, "--network", network, "--limit", "100000", "-o", "json")
+	if code != 0 {
+		n.t.Fatalf("hostlease-gc audit: exit %d: %s", code, errOut)
 	}
-	defer st.Close()
-	var evs []allocator.AuditEvent
-	if err := st.View(func(tx *store.Tx) (err error) {
-		evs, err = tx.AuditLog(10000)
-		return err
-	}); err != nil {
-		n.t.Fatalf("audit log: %v", err)
+	rows, err := gc.DecodeRows[gc.AuditRow]([]byte(out))
+	if err != nil {
+		n.t.Fatalf("hostlease-gc audit -o json: %v\n%s", err, out)
+	}
+	evs := make([]allocator.AuditEvent, len(rows))
+	for i, r := range rows {
+		evs[i] = r.AuditEvent
 	}
 	return evs
 }
 
 // leaksJSON runs `hostlease-gc leaks -o json` with the daemon's policy flags.
-func (n *node) leaksJSON(policy ...string) []map[string]string {
+func (n *node) leaksJSON(policy ...string) []gc.LeakRow {
 	n.t.Helper()
 	args := append([]string{"leaks", "--cri-endpoint", n.cri.Endpoint(), "--data-dir", n.dataDir, "--netns-dir", n.netnsDir, "--no-api", "-o", "json"}, policy...)
 	out, errOut, code := gcCLI(n.t, args...)
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc leaks: exit %d: %s", code, errOut)
 	}
-	var rows []map[string]string
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	rows, err := gc.DecodeRows[gc.LeakRow]([]byte(out))
+	if err != nil {
 		n.t.Fatalf("hostlease-gc leaks -o json: %v\n%s", err, out)
 	}
 	return rows
@@ -288,13 +250,11 @@ func (n *node) leaksJSON(policy ...string) []map[string]string {
 // ---------------------------------------------------------------------------
 // The daemon process.
 
+// daemon is one test's `hostlease-gc run` process (internal/gcproc).
 type daemon struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	addr    string // where /metrics is served
-	started time.Time
-	done    chan struct{} // closed when the process has exited
-	logs    *logSink
+	*gcproc.Daemon
+	t    *testing.T
+	logs daemonLog
 }
 
 // baseFlags are the daemon flags every test starts from; extra flags given to
@@ -323,82 +283,30 @@ func (n *node) baseFlags() []string {
 func (n *node) startDaemon(extra ...string) *daemon {
 	t := n.t
 	t.Helper()
-	d := &daemon{t: t, done: make(chan struct{}), logs: &logSink{}}
-	d.cmd = exec.Command(gcBin(), append(n.baseFlags(), extra...)...)
-	// The daemon logs to stderr; stdout is kept too, in case.
-	pr, pw := io.Pipe()
-	d.cmd.Stdout, d.cmd.Stderr = pw, pw
-	addrCh := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			d.logs.add(line)
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving metrics" {
-				if a, ok := m["addr"].(string); ok {
-					select {
-					case addrCh <- a:
-					default:
-					}
-				}
-			}
-		}
-	}()
-	d.started = time.Now()
-	if err := d.cmd.Start(); err != nil {
+	p, err := gcproc.Start(gcBin(), append(n.baseFlags(), extra...), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = d.cmd.Wait()
-		pw.Close()
-		close(d.done)
-	}()
+	d := &daemon{Daemon: p, t: t, logs: daemonLog{p}}
 	t.Cleanup(func() {
-		d.stop()
+		d.Stop()
 		if t.Failed() {
-			t.Logf("hostlease-gc log:\n%s", strings.Join(d.logs.all(), "\n"))
+			t.Logf("hostlease-gc log:\n%s", strings.Join(d.Lines(), "\n"))
 		}
 	})
-	select {
-	case d.addr = <-addrCh:
-	case <-d.done:
-		t.Fatalf("hostlease-gc run exited at start: %v\n%s", d.cmd.ProcessState, strings.Join(d.logs.all(), "\n"))
-	case <-time.After(15 * time.Second):
-		t.Fatalf("hostlease-gc run did not serve metrics within 15s\n%s", strings.Join(d.logs.all(), "\n"))
-	}
 	return d
 }
 
-// stop ends the daemon with SIGTERM (SIGKILL if it lingers) and waits for it.
-func (d *daemon) stop() {
-	select {
-	case <-d.done:
-		return
-	default:
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(20 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	}
-}
-
 // stopClean stops the daemon as a DaemonSet rollout does and checks that it
-// exits promptly with status 0.
+// exits by itself on SIGTERM with status 0 (it was not killed).
 func (d *daemon) stopClean() {
 	d.t.Helper()
 	d.alive()
-	start := time.Now()
-	d.stop()
-	if took := time.Since(start); took > 5*time.Second {
-		d.t.Errorf("hostlease-gc took %s to exit on SIGTERM", took)
+	if d.Stop() {
+		d.t.Errorf("hung: hostlease-gc still ran %s after SIGTERM and was killed", gcproc.HangGuard)
 	}
-	if !d.cmd.ProcessState.Success() {
-		d.t.Errorf("hostlease-gc exited %v on SIGTERM, want status 0", d.cmd.ProcessState)
+	if !d.Cmd.ProcessState.Success() {
+		d.t.Errorf("hostlease-gc exited %v on SIGTERM, want status 0", d.Cmd.ProcessState)
 	}
 }
 
@@ -406,34 +314,18 @@ func (d *daemon) stopClean() {
 func (d *daemon) alive() {
 	d.t.Helper()
 	select {
-	case <-d.done:
-		d.t.Fatalf("hostlease-gc run exited: %v", d.cmd.ProcessState)
+	case <-d.Done():
+		d.t.Fatalf("hostlease-gc run exited: %v", d.Cmd.ProcessState)
 	default:
 	}
-}
-
-// get fetches a path of the daemon's HTTP server.
-func (d *daemon) get(path string) (int, string, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + d.addr + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
 }
 
 // scrape reads /metrics.
 func (d *daemon) scrape() metrics {
 	d.t.Helper()
-	code, body, err := d.get("/metrics")
-	if err != nil || code != http.StatusOK {
-		d.t.Fatalf("GET /metrics: %d %v", code, err)
-	}
-	m, err := parseMetrics(body)
+	m, err := d.Scrape()
 	if err != nil {
-		d.t.Fatalf("parsing /metrics: %v", err)
+		d.t.Fatalf("scraping hostlease-gc: %v", err)
 	}
 	return m
 }
@@ -441,35 +333,12 @@ func (d *daemon) scrape() metrics {
 // sweeps is hostlease_sweeps_total over every result.
 func (m metrics) sweeps() float64 { return m.sum("hostlease_sweeps_total", nil) }
 
-// logSink keeps the daemon's log lines.
-type logSink struct {
-	mu    sync.Mutex
-	lines []string
-}
+// daemonLog is the daemon's JSON log, in the order it was written.
+type daemonLog struct{ p *gcproc.Daemon }
 
-func (l *logSink) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, s)
-}
-
-func (l *logSink) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
-
-// entries returns the JSON log entries with message msg.
-func (l *logSink) entries(msg string) []map[string]any {
-	var out []map[string]any
-	for _, line := range l.all() {
-		var m map[string]any
-		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+func (l daemonLog) all() []string                       { return l.p.Lines() }
+func (l daemonLog) entries(msg string) []map[string]any { return l.p.Entries(msg) }
+func (l daemonLog) sequence() []map[string]any          { return l.p.Sequence() }
 
 // ---------------------------------------------------------------------------
 // Prometheus text format, enough of it for these assertions.
@@ -477,8 +346,6 @@ func (l *logSink) entries(msg string) []map[string]any {
 type sample = promtext.Sample
 
 type metrics []sample
-
-func parseMetrics(text string) (metrics, error) { return promtext.Parse(text) }
 
 // get returns the value of the one series of name whose labels include
 // labels, and whether it exists.
@@ -530,12 +397,18 @@ func (m metrics) value(t *testing.T, name string, labels map[string]string) floa
 
 // ---------------------------------------------------------------------------
 
-// eventually polls cond until it holds or the deadline passes; cond returns
-// whether it holds and, if not, what it saw.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+// hangGuard bounds every wait in these tests. It is a guard against a hung
+// test, not an assertion: what a test asserts is that an event happens (and
+// in which order), never how fast; it is generous for a loaded machine.
+const hangGuard = gcproc.HangGuard
+
+// eventually polls cond until it holds and returns how long that took (for
+// logs only); cond returns whether it holds and, if not, what it saw. If cond
+// does not hold within hangGuard the test fails as hung.
+func eventually(t *testing.T, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(timeout)
+	deadline := start.Add(hangGuard)
 	last := ""
 	for {
 		ok, saw := cond()
@@ -544,7 +417,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 		}
 		last = saw
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last saw: %s", what, timeout, last)
+			t.Fatalf("hung: %s did not happen within the %s hang guard; last saw: %s", what, hangGuard, last)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}

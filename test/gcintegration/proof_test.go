@@ -64,7 +64,7 @@ func TestRebootReclaimsStaleAtOnce(t *testing.T) {
 
 	flags := append([]string{"--proc-dir", proc, "--netns-dir", filepath.Join(t.TempDir(), "elsewhere")}, noProofRules...)
 	d := n.startDaemon(append(flags, defaultGuard...)...)
-	eventually(t, 15*time.Second, "every record of the previous boot reclaimed", func() (bool, string) {
+	eventually(t, "every record of the previous boot reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "predates_boot")
 		return v == float64(len(stale)), fmt.Sprintf("reclaims{predates_boot} %v", v)
 	})
@@ -111,7 +111,7 @@ func TestNetnsRemovalWakesReclaim(t *testing.T) {
 	n.add("in-flight") // its ADD is still running: netns present, sandbox not listed
 
 	d := n.startDaemon(append([]string{"--interval", "1h"}, noProofRules...)...)
-	eventually(t, 15*time.Second, "the start-up sweep", func() (bool, string) {
+	eventually(t, "the start-up sweep", func() (bool, string) {
 		v := d.scrape().sweeps()
 		return v == 1, fmt.Sprintf("sweeps %v", v)
 	})
@@ -122,7 +122,7 @@ func TestNetnsRemovalWakesReclaim(t *testing.T) {
 	if err := os.Remove(n.netns("leak")); err != nil {
 		t.Fatal(err)
 	}
-	took := eventually(t, 15*time.Second, "the leak reclaimed", func() (bool, string) {
+	took := eventually(t, "the leak reclaimed", func() (bool, string) {
 		v := reclaimsOf(d.scrape(), "netns_gone")
 		return v == 1, fmt.Sprintf("reclaims{netns_gone} %v", v)
 	})

@@ -3,7 +3,6 @@ package gcintegration
 import (
 	"fmt"
 	"testing"
-	"time"
 )
 
 // An address a READY sandbox uses but no record holds (a restored backup, a
@@ -18,7 +17,7 @@ func TestUnrecordedLiveAddressReReserved(t *testing.T) {
 	n.cri.Ready("ghost", ghostIP)
 
 	d := n.startDaemon("--interval", "1h")
-	eventually(t, 15*time.Second, "the ghost's address re-reserved", func() (bool, string) {
+	eventually(t, "the ghost's address re-reserved", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_addresses_rereserved_total", lbl("network", network, "reason", "unrecorded"))
 		return v == 1, fmt.Sprintf("rereserved{unrecorded} %v", v)
 	})
@@ -40,7 +39,7 @@ func TestUnrecordedLiveAddressReReserved(t *testing.T) {
 		ip, _ := resultIP(o.Stdout)
 		t.Fatalf("ADD on a pool whose every address is in use succeeded with %s", ip)
 	}
-	if p := n.pool(); p.Used != 3 || p.Free != 0 {
+	if p := n.pool(); p.Used != 3 || p.Free != "0" {
 		t.Fatalf("status %+v, want 3 used 0 free", p)
 	}
 }
@@ -54,7 +53,7 @@ func TestAddressOfDeadOwnerReReserved(t *testing.T) {
 	ip := n.add("dead")
 	n.cri.Ready("thief", ip) // uses the dead sandbox's address
 	d := n.startDaemon("--interval", "1h", "--misses", "1000", "--grace", "24h", "--min-age", "24h")
-	eventually(t, 15*time.Second, "the address re-reserved for its user", func() (bool, string) {
+	eventually(t, "the address re-reserved for its user", func() (bool, string) {
 		v, _ := d.scrape().get("hostlease_addresses_rereserved_total", lbl("network", network, "reason", "other_owner"))
 		return v == 1, fmt.Sprintf("rereserved{other_owner} %v", v)
 	})

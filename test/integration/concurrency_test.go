@@ -10,47 +10,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/internal/leasecheck"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
-// holding is one container's hold on one address, timed from outside the
-// processes: its ADD ran from AddStart to AddDone (the reservation committed
-// somewhere in between) and its DEL started at DelStart (zero: not yet; the
-// release commits after that).
-type holding struct {
-	Owner             string
-	AddStart, AddDone time.Time
-	DelStart          time.Time
-}
-
-// holdings records every holding of every address. Two holdings of one
-// address are a duplicate when both ADDs had returned before either DEL
-// started: whatever the order of the commits inside those windows, both
-// containers held the address at once. Holdings whose windows touch are not
-// judged (a DEL that committed and a concurrent ADD that got the address
-// before the DEL process exited is correct).
+// holdings books every holding of every address (leasecheck judges the
+// duplicates) and counts how many containers hold addresses at once.
 type holdings struct {
+	book    *leasecheck.Book
 	mu      sync.Mutex
-	byIP    map[netip.Addr][]*holding
 	maxLive int
 	live    int
-	// released is what each container was seen to hold, for the audit log.
+	// held is what each container was seen to hold, for the audit log.
 	held map[string][]netip.Addr
 }
 
 func newHoldings() *holdings {
-	return &holdings{byIP: map[netip.Addr][]*holding{}, held: map[string][]netip.Addr{}}
+	return &holdings{book: leasecheck.NewBook(), held: map[string][]netip.Addr{}}
 }
 
 // add books the addresses an ADD returned.
-func (h *holdings) add(id string, ips []netip.Addr, start, done time.Time) *holding {
+func (h *holdings) add(id string, ips []netip.Addr, start, done time.Time) *leasecheck.Holding {
+	hd := &leasecheck.Holding{Owner: id, AddStart: start, AddDone: done}
+	h.book.Hold(hd, ips...)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	hd := &holding{Owner: id, AddStart: start, AddDone: done}
-	for _, ip := range ips {
-		h.byIP[ip] = append(h.byIP[ip], hd)
-	}
 	h.held[id] = append(h.held[id], ips...)
 	h.live++
 	h.maxLive = max(h.maxLive, h.live)
@@ -58,38 +42,22 @@ func (h *holdings) add(id string, ips []netip.Addr, start, done time.Time) *hold
 }
 
 // releasing marks the moment the holder's DEL process starts.
-func (h *holdings) releasing(hd *holding) {
+func (h *holdings) releasing(hd *leasecheck.Holding) {
+	h.book.Releasing(hd)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	hd.DelStart = time.Now()
 	h.live--
 }
 
 // duplicates lists every pair of holdings of one address that certainly
 // overlapped.
 func (h *holdings) duplicates() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var out []string
-	for ip, hs := range h.byIP {
-		for i, x := range hs {
-			for _, y := range hs[i+1:] {
-				bothAdded := x.AddDone
-				if y.AddDone.After(bothAdded) {
-					bothAdded = y.AddDone
-				}
-				firstDel := x.DelStart
-				if firstDel.IsZero() || (!y.DelStart.IsZero() && y.DelStart.Before(firstDel)) {
-					firstDel = y.DelStart
-				}
-				if firstDel.IsZero() || bothAdded.Before(firstDel) {
-					out = append(out, fmt.Sprintf("%s held by %s (ADD returned %s, DEL started %s) and %s (ADD %s..%s) at once",
-						ip, x.Owner, x.AddDone.Format(time.StampMicro), stamp(x.DelStart), y.Owner, y.AddStart.Format(time.StampMicro), y.AddDone.Format(time.StampMicro)))
-				}
-			}
-		}
+	for _, d := range h.book.Duplicates() {
+		x, y := d.A, d.B
+		out = append(out, fmt.Sprintf("%s held by %s (ADD returned %s, DEL started %s) and %s (ADD %s..%s) at once",
+			d.IP, x.Owner, x.AddDone.Format(time.StampMicro), stamp(x.DelStart), y.Owner, y.AddStart.Format(time.StampMicro), y.AddDone.Format(time.StampMicro)))
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -110,16 +78,6 @@ func (l *latencies) add(d time.Duration) {
 	l.mu.Lock()
 	l.d = append(l.d, d)
 	l.mu.Unlock()
-}
-
-func (l *latencies) max() time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var m time.Duration
-	for _, d := range l.d {
-		m = max(m, d)
-	}
-	return m
 }
 
 func (l *latencies) summary() string {
@@ -144,10 +102,10 @@ func (l *latencies) summary() string {
 //   - no address is held by two containers at once: every holding is timed
 //     from the ADD and DEL processes' start and exit, and two holdings of one
 //     address are a duplicate when both ADDs had returned before either DEL
-//     started (holdings.duplicates);
+//     started (internal/leasecheck);
 //   - every call exits 0 with a well-formed result: no exhaustion, no lock
-//     timeout (error 11), no other error, and no call takes more than half the
-//     default lockTimeout (the store lock is handed over promptly);
+//     timeout (error 11) under the default lockTimeout, no other error (how
+//     long the lock waits take is measured by test/bench, not asserted here);
 //   - afterwards the store opens, holds no record, its owners index is empty
 //     (raw bbolt walk, and ByOwner for every container ID used), bbolt's page
 //     check is clean;
@@ -211,7 +169,7 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 			type held struct {
 				base call
 				ips  []netip.Addr
-				hd   *holding
+				hd   *leasecheck.Holding
 			}
 			var prev, long *held
 			release := func(h *held) {
@@ -297,12 +255,10 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 		}
 		d.report(t, "addresses held by two containers at once")
 	}
-	errs.report(t, "failed calls (exhaustion cannot happen here: any error is a failure)")
-	// bbolt alone polls its lock every 50ms and let calls wait 9.7s here,
-	// a hair under the 10s default lockTimeout (spurious error 11).
-	if m := lat.max(); m > netconf.DefaultLockTimeout/2 {
-		t.Errorf("a call took %v: lock waits come close to the %v lockTimeout", m, netconf.DefaultLockTimeout)
-	}
+	// Every call succeeded: none waited out the default lockTimeout for the
+	// store lock (error 11), none found the pool exhausted. How long calls
+	// wait for the lock is a performance figure: test/bench measures it.
+	errs.report(t, "failed calls (exhaustion cannot happen here and a lock timeout, error 11, must not: any error is a failure)")
 	if n < calls {
 		t.Errorf("only %d of %d calls completed", n, calls)
 	}

@@ -265,6 +265,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 		workers    = 2
 		subnet     = "10.91.0.0/22"
 	)
+	runStart := time.Now() // before the first call: every record is created after it
 	dir := t.TempDir()
 	conf := ipamConf(t, network, dir, subnet)
 	path := store.FilePath(dir, network)
@@ -429,7 +430,10 @@ func crashRun(t *testing.T, network string, killDel bool) {
 		check(r.PodNamespace == "crash" && r.PodName == "pod-"+id && r.PodUID == "uid-"+id, "pod fields")
 		check(r.Netns == "/var/run/netns/"+id, "netns")
 		check(r.State == allocator.StatePending && r.Source == "add", "state/source")
-		check(!r.Created.IsZero() && time.Since(r.Created) < 5*time.Minute, "created")
+		// Created is dated by the ADD that made the record: after this run
+		// began (to the second, whatever precision the store keeps) and not
+		// in the future.
+		check(!r.Created.Before(runStart.Truncate(time.Second)) && !r.Created.After(time.Now()), "created")
 		if len(bad) > 0 {
 			return fmt.Errorf("incomplete record %+v: bad %s", *r, strings.Join(bad, ", "))
 		}

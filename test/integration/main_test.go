@@ -39,33 +39,14 @@ var binDir string
 // hostleaseBin is the plugin under test.
 func hostleaseBin() string { return filepath.Join(binDir, "hostlease") }
 
+// TestMain builds the plugin binaries; the chained failing plugin is the e2e
+// suite's (e2e/failplugin), host-local the reference the hardening tests
+// tear containers down with.
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "hostlease-integration-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration: temp bin dir:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binDir = dir
-	if err := buildPlugins(dir); err != nil {
-		fmt.Fprintln(os.Stderr, "integration: building plugins:", err)
-		return 1
-	}
-	return m.Run()
-}
-
-// buildPlugins builds the plugin binaries; the chained failing plugin is
-// the e2e suite's (e2e/failplugin), host-local the reference the hardening
-// tests tear containers down with.
-func buildPlugins(dir string) error {
-	return testbin.Build(dir, map[string]string{
+	os.Exit(testbin.Main(m, "integration", map[string]string{
 		"hostlease": testbin.Plugin, "bridge": testbin.Bridge, "loopback": testbin.Loopback,
 		"failplugin": testbin.FailPlugin, "host-local": testbin.HostLocal,
-	})
+	}, &binDir))
 }
 
 // call is one plugin invocation's environment.
@@ -111,25 +92,7 @@ func runPlugin(ctx context.Context, c call, conf []byte) outcome {
 }
 
 // resultIPs decodes the addresses of a CNI result.
-func resultIPs(stdout []byte) ([]netip.Prefix, error) {
-	var res struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	}
-	if err := json.Unmarshal(stdout, &res); err != nil {
-		return nil, fmt.Errorf("result %q: %w", stdout, err)
-	}
-	var out []netip.Prefix
-	for _, ip := range res.IPs {
-		p, err := netip.ParsePrefix(ip.Address)
-		if err != nil {
-			return nil, fmt.Errorf("result %q: %w", stdout, err)
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
+func resultIPs(stdout []byte) ([]netip.Prefix, error) { return cniexec.ResultIPs(stdout) }
 
 // ipamConf is the config a bridge plugin hands its IPAM plugin (its own
 // stdin): top-level bridge keys plus the hostlease ipam section.

@@ -1,0 +1,379 @@
+package deploy_test
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hostlease/hostlease/pkg/gc"
+)
+
+// The DaemonSet: its wiring to the daemon's real flag set, host mounts,
+// container security, the CNI install script and the Dockerfile.
+
+// expandVars expands $(VAR) references as the kubelet does for args, from the
+// container's env; fieldRef/resourceFieldRef values get test stand-ins.
+func expandVars(t *testing.T, c corev1.Container, s string) string {
+	t.Helper()
+	vals := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			vals[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			vals[e.Name] = "node-a"
+		case e.ValueFrom.ResourceFieldRef != nil:
+			vals[e.Name] = "268435456"
+		}
+	}
+	out := regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(s, func(m string) string {
+		if v, ok := vals[m[2:len(m)-1]]; ok {
+			return v
+		}
+		return m
+	})
+	if strings.Contains(out, "$(") {
+		t.Errorf("unresolved variable in %q", out)
+	}
+	return out
+}
+
+func container(t *testing.T, cs []corev1.Container, name string) corev1.Container {
+	t.Helper()
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %s", name)
+	return corev1.Container{}
+}
+
+// hostMount returns the hostPath volume mounted at mountPath in c.
+func hostMount(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, mountPath string) (corev1.VolumeMount, *corev1.HostPathVolumeSource) {
+	t.Helper()
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != filepath.Clean(mountPath) {
+			continue
+		}
+		for _, v := range ds.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name {
+				if v.HostPath == nil {
+					t.Fatalf("volume %s at %s is not a hostPath", v.Name, mountPath)
+				}
+				return m, v.HostPath
+			}
+		}
+		t.Fatalf("mount %s refers to missing volume %s", mountPath, m.Name)
+	}
+	t.Fatalf("container %s has no mount at %s", c.Name, mountPath)
+	return corev1.VolumeMount{}, nil
+}
+
+func parseRunArgs(t *testing.T, c corev1.Container) *gc.Options {
+	t.Helper()
+	if len(c.Command) != 1 || c.Command[0] != "/hostlease-gc" {
+		t.Fatalf("command %q, want [/hostlease-gc]", c.Command)
+	}
+	if len(c.Args) == 0 || c.Args[0] != "run" {
+		t.Fatalf("args %q do not start with the run subcommand", c.Args)
+	}
+	args := make([]string, 0, len(c.Args)-1)
+	for _, a := range c.Args[1:] {
+		args = append(args, expandVars(t, c, a))
+	}
+	t.Setenv("NODE_NAME", "") // the flag must be set by the args, not inherited
+	fs := flag.NewFlagSet("hostlease-gc run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := gc.RegisterRunFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("args %q: %v", args, err)
+	}
+	if fs.NArg() != 0 {
+		t.Fatalf("stray arguments %q", fs.Args())
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("args %q: Validate: %v", args, err)
+	}
+	for _, name := range []string{"node-name", "data-dir", "cri-endpoint", "metrics-addr"} {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+		if !set {
+			t.Errorf("--%s is not passed explicitly", name)
+		}
+	}
+	return o
+}
+
+func TestDaemonSet(t *testing.T) {
+	for dir, wantSocket := range kustomizations {
+		t.Run(dir, func(t *testing.T) {
+			objs := build(t, dir)
+			ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", "hostlease-gc")
+			pod := ds.Spec.Template.Spec
+			gcC := container(t, pod.Containers, "hostlease-gc")
+			o := parseRunArgs(t, gcC)
+
+			if o.NodeName != "node-a" {
+				t.Errorf("--node-name resolves to %q, want the downward API's spec.nodeName", o.NodeName)
+			}
+			if o.DataDir != gc.DefaultDataDir || o.NetnsDir != gc.DefaultNetnsDir || o.MetricsAddr != gc.DefaultMetricsAddr {
+				t.Errorf("data dir %q, netns dir %q, metrics addr %q differ from the daemon's defaults",
+					o.DataDir, o.NetnsDir, o.MetricsAddr)
+			}
+			if wantEndpoint := "unix://" + wantSocket; o.CRIEndpoint != wantEndpoint {
+				t.Errorf("--cri-endpoint=%s, want %s", o.CRIEndpoint, wantEndpoint)
+			}
+			if wantSocket == containerdSocket && o.CRIEndpoint != gc.DefaultCRIEndpoint {
+				t.Errorf("containerd endpoint %s differs from the daemon's default %s", o.CRIEndpoint, gc.DefaultCRIEndpoint)
+			}
+
+			// Host paths: the same path inside as on the host.
+			m, hp := hostMount(t, ds, gcC, o.DataDir)
+			if hp.Path != o.DataDir || m.ReadOnly {
+				t.Errorf("data dir: host %s mounted at %s readOnly=%v; want %s read-write", hp.Path, m.MountPath, m.ReadOnly, o.DataDir)
+			}
+			m, hp = hostMount(t, ds, gcC, o.NetnsDir)
+			if hp.Path != o.NetnsDir || !m.ReadOnly || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
+				t.Errorf("netns dir: host %s at %s readOnly=%v propagation=%v; want %s, read-only, HostToContainer",
+					hp.Path, m.MountPath, m.ReadOnly, m.MountPropagation, o.NetnsDir)
+			}
+			sock := strings.TrimPrefix(o.CRIEndpoint, "unix://")
+			m, hp = hostMount(t, ds, gcC, filepath.Dir(sock))
+			if hp.Path != filepath.Dir(wantSocket) {
+				t.Errorf("CRI socket dir: host %s mounted at %s, want host %s", hp.Path, m.MountPath, filepath.Dir(wantSocket))
+			}
+			for _, mnt := range gcC.VolumeMounts {
+				if mnt.MountPath != o.DataDir && mnt.MountPath != o.NetnsDir && mnt.MountPath != filepath.Dir(sock) && mnt.MountPath != "/tmp" {
+					t.Errorf("unexpected mount %s in hostlease-gc", mnt.MountPath)
+				}
+			}
+
+			// Probes and port.
+			_, port, err := net.SplitHostPort(o.MetricsAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var metricsPort *corev1.ContainerPort
+			for i, p := range gcC.Ports {
+				if p.Name == "metrics" {
+					metricsPort = &gcC.Ports[i]
+				}
+			}
+			if metricsPort == nil || fmt.Sprint(metricsPort.ContainerPort) != port || port != "9734" {
+				t.Errorf("container port metrics = %v, want %s (from --metrics-addr) = 9734", metricsPort, port)
+			}
+			for probe, path := range map[*corev1.Probe]string{gcC.LivenessProbe: "/healthz", gcC.ReadinessProbe: "/readyz"} {
+				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.String() != "metrics" {
+					t.Errorf("probe for %s: %+v", path, probe)
+				}
+			}
+			if n := gcC.Env; len(n) == 0 || func() bool {
+				for _, e := range n {
+					if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+						return false
+					}
+				}
+				return true
+			}() {
+				t.Errorf("NODE_NAME does not come from the downward API spec.nodeName")
+			}
+
+			// Scheduling.
+			if pod.PriorityClassName != "system-node-critical" {
+				t.Errorf("priorityClassName %q", pod.PriorityClassName)
+			}
+			tolerateAll := false
+			for _, tol := range pod.Tolerations {
+				tolerateAll = tolerateAll || (tol.Operator == corev1.TolerationOpExists && tol.Key == "" && tol.Effect == "")
+			}
+			if !tolerateAll {
+				t.Errorf("tolerations %+v do not tolerate every taint", pod.Tolerations)
+			}
+			if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+				t.Errorf("hostNetwork=%v dnsPolicy=%s: the daemon must not depend on the pool it repairs", pod.HostNetwork, pod.DNSPolicy)
+			}
+			if pod.HostPID || pod.HostIPC {
+				t.Errorf("hostPID/hostIPC are not needed")
+			}
+			sel := ds.Spec.Selector.MatchLabels
+			for k, v := range sel {
+				if ds.Spec.Template.Labels[k] != v {
+					t.Errorf("selector %v does not match template labels %v", sel, ds.Spec.Template.Labels)
+				}
+			}
+
+			// Security and resources for every container.
+			all := append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...)
+			for _, c := range all {
+				checkContainerSecurity(t, c)
+				for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+					if rl.Cpu().IsZero() || rl.Memory().IsZero() {
+						t.Errorf("%s: requests and limits need cpu and memory: %+v", c.Name, c.Resources)
+					}
+				}
+				if c.Image != gcC.Image {
+					t.Errorf("%s: image %s differs from %s", c.Name, c.Image, gcC.Image)
+				}
+			}
+			if dir == "overlays/example" && !strings.HasSuffix(gcC.Image, ":v0.1.0") {
+				t.Errorf("example overlay image %s, want tag v0.1.0", gcC.Image)
+			}
+
+			// install-cni.
+			ic := container(t, pod.InitContainers, "install-cni")
+			m, hp = hostMount(t, ds, ic, "/host/opt/cni/bin")
+			if hp.Path != "/opt/cni/bin" || m.ReadOnly {
+				t.Errorf("install-cni: host %s at %s readOnly=%v", hp.Path, m.MountPath, m.ReadOnly)
+			}
+			if sa := pod.ServiceAccountName; sa != "hostlease-gc" {
+				t.Errorf("serviceAccountName %q", sa)
+			}
+			_ = find[*corev1.ServiceAccount](t, objs, "ServiceAccount", pod.ServiceAccountName)
+		})
+	}
+}
+
+func checkContainerSecurity(t *testing.T, c corev1.Container) {
+	t.Helper()
+	sc := c.SecurityContext
+	if sc == nil {
+		t.Errorf("%s: no securityContext", c.Name)
+		return
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Errorf("%s: privileged", c.Name)
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: allowPrivilegeEscalation must be false", c.Name)
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("%s: readOnlyRootFilesystem must be true", c.Name)
+	}
+	if sc.Capabilities == nil || len(sc.Capabilities.Add) != 0 ||
+		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("%s: capabilities must drop ALL and add none: %+v", c.Name, sc.Capabilities)
+	}
+	// Root is needed (root-owned CRI socket, stores, /opt/cni/bin) and must be
+	// explicit, since the image's default user is nonroot.
+	if sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+		t.Errorf("%s: runAsUser must be 0 explicitly", c.Name)
+	}
+}
+
+// The install-cni script really installs atomically: run it with sh against
+// a temporary "host" bin dir holding an old binary.
+func TestInstallCNIScript(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	objs := build(t, "base")
+	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", "hostlease-gc")
+	ic := container(t, ds.Spec.Template.Spec.InitContainers, "install-cni")
+	if len(ic.Command) != 2 || ic.Command[0] != "/busybox/sh" || ic.Command[1] != "-c" || len(ic.Args) != 1 {
+		t.Fatalf("install-cni command %q args %q: want /busybox/sh -c SCRIPT", ic.Command, ic.Args)
+	}
+	script := ic.Args[0]
+	if !strings.Contains(script, `tmp="$dir/`) || !strings.Contains(script, `mv -f "$tmp" "$dir/hostlease"`) {
+		t.Fatalf("script does not copy into the target dir and rename:\n%s", script)
+	}
+
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "hostlease")
+	bin := filepath.Join(tmp, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(bin, "hostlease")
+	if err := os.WriteFile(old, []byte("old binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	oldFile, err := os.Open(old) // like a plugin being exec'd during the upgrade
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldFile.Close()
+	oldInfo, _ := oldFile.Stat()
+	for i, content := range []string{"new binary v1", "new binary v2"} {
+		if err := os.WriteFile(src, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Env = append(os.Environ(), "HOSTLEASE_SRC="+src, "HOSTLEASE_CNI_BIN_DIR="+bin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("run %d: %v\n%s", i, err, out)
+		}
+		got, err := os.ReadFile(old)
+		if err != nil || string(got) != content {
+			t.Fatalf("run %d: installed %q, %v", i, got, err)
+		}
+		st, _ := os.Stat(old)
+		if st.Mode().Perm() != 0o755 {
+			t.Errorf("run %d: mode %v", i, st.Mode())
+		}
+		if os.SameFile(st, oldInfo) {
+			t.Errorf("run %d: the old file was overwritten in place, not replaced by rename", i)
+		}
+		entries, _ := os.ReadDir(bin)
+		if len(entries) != 1 {
+			t.Errorf("run %d: leftovers in bin dir: %v", i, entries)
+		}
+	}
+	// The old inode is intact for whoever had it open.
+	b, _ := io.ReadAll(oldFile)
+	if string(b) != "old binary" {
+		t.Errorf("old open file reads %q", b)
+	}
+
+	// A failing copy leaves neither a temp file nor a broken binary.
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Env = append(os.Environ(), "HOSTLEASE_SRC="+filepath.Join(tmp, "missing"), "HOSTLEASE_CNI_BIN_DIR="+bin)
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("missing source did not fail:\n%s", out)
+	}
+	entries, _ := os.ReadDir(bin)
+	if got, _ := os.ReadFile(old); len(entries) != 1 || string(got) != "new binary v2" {
+		t.Errorf("after a failed install: entries %v, binary %q", entries, got)
+	}
+}
+
+// The image the manifests reference is built by the Dockerfile as they expect.
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	for _, want := range []string{
+		"FROM --platform=$BUILDPLATFORM golang:1.26 AS build",
+		"ENV CGO_ENABLED=0",
+		"-o /out/hostlease ./cmd/ipam",
+		"-o /out/hostlease-gc ./cmd/ipam-gc",
+		"-X github.com/hostlease/hostlease/pkg/gc.Version=${VERSION}",
+		"-X main.buildVersion=${VERSION}",
+		"COPY --from=build /out/hostlease /hostlease",
+		"COPY --from=build /out/hostlease-gc /hostlease-gc",
+		`ENTRYPOINT ["/hostlease-gc"]`,
+	} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	// install-cni runs /busybox/sh: the final stage must be a distroless
+	// "debug" image, which has busybox there.
+	froms := regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindAllStringSubmatch(df, -1)
+	if last := froms[len(froms)-1][1]; !strings.HasPrefix(last, "gcr.io/distroless/static") || !strings.Contains(last, ":debug") {
+		t.Errorf("final stage %s: install-cni needs busybox at /busybox (distroless static debug)", last)
+	}
+}

@@ -1,0 +1,244 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
+)
+
+// This file is the sweep's observe stage: it reads the stores, CRI and the
+// node into the sweep's report; what it finds is logged by report.
+
+// verifyEvery is how often (in sweeps) the derived indexes are verified
+// against the records: every 10th sweep, 5 minutes at the default interval.
+// The plugin verifies what it uses on every call; this finds what no call
+// touched (a misfiled owner entry in a big store).
+const verifyEvery = 10
+
+// liveNetnsSample is how many READY sandboxes' netns a sweep looks for to
+// tell whether --netns-dir is the runtime's.
+const liveNetnsSample = 16
+
+// observeStores takes a snapshot of every store under the data dir and
+// returns how many committed records written since the boot they hold (the
+// last count of an unreadable store: what it held still makes an empty CRI
+// answer implausible, as a rebuild from it would free live addresses).
+func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (committed int) {
+	files, err := FindStores(s.Opts.DataDir)
+	if err != nil {
+		rep.storesErr = err
+		rep.Result = SweepStoreError
+	}
+	s.syncStores(files)
+	verify := s.sweeps%verifyEvery == 0
+	s.sweeps++
+	for _, f := range files {
+		st := s.stores[f.Path]
+		nr := &NetworkReport{Network: f.Network, Path: f.Path}
+		rep.Networks = append(rep.Networks, nr)
+		nr.Snapshot, nr.Err = readSnapshot(f.Path, &st.decoded, verify)
+		nr.readErr = nr.Err
+		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && store.FilePath(filepath.Dir(f.Path), n.Network) == f.Path {
+			// A name too long for a file name: the file's is shortened.
+			// (A copy of another network's store keeps its file's name.)
+			nr.Network = n.Network
+		}
+		st.network = nr.Network
+		switch class := ErrorClass(nr.Err); class {
+		case "":
+			st.committed = 0
+			for _, r := range nr.Snapshot.Records {
+				if r.State == allocator.StateCommitted && !PredatesBoot(r.Created, boot, probe) {
+					st.committed++
+				}
+			}
+			committed += st.committed
+			if sets := nr.Snapshot.RangeSets; len(sets) > 0 {
+				st.rangeSets = sets
+			}
+		case ClassUnreadable:
+			nr.storeErrors = append(nr.storeErrors, storeError{class, errnoOf(nr.Err)})
+			committed += st.committed
+		default:
+			// Environment errors say nothing about the store's content:
+			// never a reason to set it aside or rebuild it. A damaged page
+			// is an operator's to rebuild. Looked at again next sweep.
+			nr.storeErrors = append(nr.storeErrors, storeError{class, errnoOf(nr.Err)})
+			rep.Result = SweepStoreError
+		}
+	}
+	return committed
+}
+
+// observeCRI lists the sandboxes (CRIView judges whether the answer can be
+// trusted) and asks for the addresses of READY sandboxes that hold pending
+// records, so those can be marked committed.
+func (s *Sweeper) observeCRI(ctx context.Context, rep *SweepReport, committed int, now time.Time) []CRISandbox {
+	view, sandboxes := ListView(ctx, s.CRI, committed, now)
+	rep.CRIReached = view.Complete || sandboxes != nil
+	if !view.Complete {
+		rep.Result = SweepCRIError
+	}
+	s.fillPendingIPs(ctx, &view, rep.Networks)
+	rep.CRI = view
+	return sandboxes
+}
+
+// fillPendingIPs asks CRI for the addresses of READY sandboxes that hold
+// pending records. Other sandboxes need no status call.
+func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*NetworkReport) {
+	if !view.Complete {
+		return
+	}
+	for _, nr := range nets {
+		if nr.Snapshot == nil {
+			continue
+		}
+		for _, r := range nr.Snapshot.Records {
+			sb, ok := view.Sandboxes[r.ContainerID]
+			if !ok || sb.State != SandboxReady || r.State != allocator.StatePending || sb.IPs != nil {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, criTimeout)
+			ips, err := s.CRI.SandboxIPs(cctx, sb.ID)
+			cancel()
+			if err != nil {
+				s.Log.Debug("PodSandboxStatus failed", "sandbox", sb.ID, "error", err)
+				continue
+			}
+			sb.IPs = ips
+			view.Sandboxes[sb.ID] = sb
+		}
+	}
+}
+
+// observeNode reads what the node says of each readable store's records:
+// host-local reservation files, the addresses READY sandboxes use (returned),
+// proofs of death; and, under --dry-run, gives each record the observation
+// the previous dry-run sweep decided (the store still holds an older one).
+func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes []CRISandbox, boot, now time.Time) []Use {
+	for _, nr := range rep.Networks {
+		if !nr.readable() {
+			continue
+		}
+		nr.hostLocalGone = hostLocalFileGone(s.hostLocalDir(nr.Network), nr.Snapshot.Records)
+		if seen := s.stores[nr.Path].dryObs; rep.DryRun && seen != nil {
+			for i, r := range nr.Snapshot.Records {
+				if o, ok := seen[keyOf(r)]; ok {
+					cp := *r // records are shared with the decode cache: never modify them
+					cp.Obs = o
+					nr.Snapshot.Records[i] = &cp
+				}
+			}
+		}
+		nr.netns, nr.cands = s.candidates(nr.Snapshot, rep.CRI, boot, now)
+	}
+	return s.sandboxUses(ctx, rep.CRI, sandboxes, rep.Networks)
+}
+
+// candidates pairs each record CRI does not list with its proof of death, if
+// any. Only a netns path under a trusted --netns-dir (NetnsDirTrusted) is
+// judged; a record written before the boot is proven dead unless its netns
+// path still exists.
+func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) (NetnsFacts, []Candidate) {
+	dir := s.Opts.NetnsDir
+	facts := NetnsFacts{}
+	if f, err := os.Open(dir); err == nil {
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			_, err := f.Readdirnames(1)
+			facts.Visible = err == nil || errors.Is(err, io.EOF)
+		}
+		f.Close()
+	}
+	if facts.Visible {
+		// A wrong mount hides every netns, so a few READY sandboxes tell: the
+		// check costs a handful of lstats, not one per live record.
+		checked := 0
+		for _, r := range snap.Records {
+			if checked == liveNetnsSample {
+				break
+			}
+			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && netnsUnder(r.Netns, dir) {
+				checked++
+				if netnsMissing(r.Netns) {
+					facts.LiveMissing++
+				}
+			}
+		}
+	}
+	trusted := NetnsDirTrusted(facts)
+	out := make([]Candidate, len(snap.Records))
+	// One goroutine: this runs every sweep, and spreading it over every CPU
+	// would take them all from plugin calls at once (it runs on a node).
+	for i, r := range snap.Records {
+		c := Candidate{Record: r}
+		if _, listed := view.Sandboxes[r.ContainerID]; !listed && view.Complete {
+			if trusted && netnsUnder(r.Netns, dir) {
+				c.NetnsGone = netnsMissing(r.Netns)
+			}
+			if !c.NetnsGone && PredatesBoot(r.Created, boot, now) {
+				c.PredatesBoot = r.Netns == "" || !netnsExists(r.Netns)
+			}
+		}
+		out[i] = c
+	}
+	return facts, out
+}
+
+// netnsMissing reports whether path provably does not exist (any other error
+// proves nothing).
+func netnsMissing(path string) bool {
+	_, err := os.Lstat(path)
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// netnsExists reports whether path exists.
+func netnsExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// hostLocalDir is where host-local keeps the network's state, by the plugin's
+// rule: beside the stores when the ipam dataDir is set, else host-local's
+// default.
+func (s *Sweeper) hostLocalDir(network string) string {
+	base := s.Opts.DataDir
+	if filepath.Clean(base) == allocator.DefaultStoreDir {
+		base = allocator.DefaultHostLocalDir
+	}
+	return allocator.HostLocalDir(base, network)
+}
+
+// hostLocalFileGone reports whether a record imported from host-local has
+// lost its reservation file in dir (which must exist with host-local's lock
+// file: a missing or wiped directory proves nothing about single containers).
+// Only then does a sweep write.
+func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
+	checked := false
+	for _, r := range recs {
+		if r.Source != allocator.SourceHostLocal {
+			continue
+		}
+		if !checked {
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				return false
+			}
+			// host-local's DEL leaves its lock file; a wiped directory has
+			// none and proves nothing (ReleaseVanishedHostLocal's rule).
+			if _, err := os.Lstat(filepath.Join(dir, "lock")); err != nil {
+				return false
+			}
+			checked = true
+		}
+		if _, err := os.Lstat(filepath.Join(dir, r.IP.String())); errors.Is(err, os.ErrNotExist) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,170 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// This file is the sweep's report stage: it logs what a sweep observed,
+// decided and did, and posts Kubernetes Events for reclaims, re-reservations,
+// conflicts and refused sweeps (never in a dry run: `leaks` is one). The
+// metrics collector (metrics.go) takes the report after it.
+
+func (s *Sweeper) report(ctx context.Context, rep *SweepReport) {
+	if rep.storesErr != nil {
+		s.Log.Error("cannot list stores", "dataDir", s.Opts.DataDir, "error", rep.storesErr)
+	}
+	if len(rep.tempRemoved) > 0 || rep.tempErr != nil {
+		s.Log.Info("removed stale temporary store files", "files", rep.tempRemoved, "error", rep.tempErr)
+	}
+	if !rep.CRI.Complete {
+		s.Log.Warn("reclaiming nothing this sweep: CRI answer not usable", "why", rep.CRI.Why)
+	}
+	for _, nr := range rep.Networks {
+		log := s.Log.With("network", nr.Network)
+		s.reportStore(log, rep, nr)
+		if nr.swept() {
+			s.reportDecisions(ctx, log, rep, nr)
+		}
+	}
+}
+
+// reportStore logs what was wrong with the store, and what the sweep did
+// about it.
+func (s *Sweeper) reportStore(log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
+	switch class := ErrorClass(nr.readErr); class {
+	case "":
+		if snap := nr.Snapshot; len(snap.Damaged) > 0 {
+			log.Warn("store has damaged records: their addresses stay reserved; the healthy records are swept",
+				"damaged", len(snap.Damaged), "first", snap.Damaged[0].String())
+		}
+		if err := nr.Snapshot.RangeSetsErr; err != nil {
+			log.Warn("store's range sets do not decode (the next ADD rewrites them): no pool sizes this sweep", "error", err)
+		}
+	case ClassUnreadable:
+		log := log.With("path", nr.Path)
+		switch {
+		case rep.DryRun:
+			log.Warn("store unreadable; would set it aside and rebuild it from CRI (dry run)", "error", nr.readErr)
+		case !rep.CRI.Complete:
+			log.Warn("store unreadable; not rebuilding without a complete CRI answer", "error", nr.readErr)
+		case nr.rebuildErr != nil:
+			log.Error("store unreadable and rebuild failed", "error", nr.rebuildErr, "cause", nr.readErr)
+		case nr.Rebuilt != "":
+			log.Warn("store was unreadable: set aside and rebuilt from CRI", "setAside", nr.Rebuilt, "records", nr.rebuiltN, "cause", nr.readErr)
+		}
+	case ClassEnvironment:
+		log.Warn("store skipped this sweep: environment error (not damage; the store is left as it is)",
+			"errno", errnoOf(nr.readErr), "error", nr.readErr)
+	case ClassDamagedPage:
+		log.Error("store has a damaged page: reclaiming nothing on this network; an operator rebuilds it (hostlease-gc rebuild --force)", "error", nr.readErr)
+	default:
+		log.Warn("store skipped this sweep", "error", nr.readErr)
+	}
+	if nr.writeFailed {
+		log.Error("could not apply sweep to store", "class", ErrorClass(nr.Err), "errno", errnoOf(nr.Err), "error", nr.Err)
+	}
+}
+
+// reportDecisions logs and posts Events for what the sweep decided and did
+// on a network it read.
+func (s *Sweeper) reportDecisions(ctx context.Context, log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
+	if f := nr.netns; f.Visible && !NetnsDirTrusted(f) && f.LiveMissing > 0 {
+		log.Warn("--netns-dir is not the runtime's: a READY sandbox's netns is missing there, so no missing netns counts as proof of death",
+			"netnsDir", s.Opts.NetnsDir, "readySandboxesWithoutNetns", f.LiveMissing)
+	}
+	for _, r := range nr.Reclaimed {
+		log.Info("reclaimed address", "ip", r.IP, "sandbox", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef(), "reason", r.Reason, "detail", r.Detail, "dryRun", false)
+		msg := fmt.Sprintf("hostlease-gc reclaimed %s (network %s) from sandbox %s: %s", r.IP, nr.Network, short(r.ContainerID), r.Detail)
+		if err := s.Kube.Event(ctx, rep.API, r.Record, "Normal", "AddressReclaimed", msg); err != nil {
+			log.Warn("could not post Event", "error", err)
+		}
+	}
+	s.reportReReserves(ctx, log, rep, nr)
+	if r := nr.IndexRepair; r.Changed() {
+		log.Warn("derived indexes disagreed with the records and were rebuilt from them",
+			"records", r.Records, "bitsSet", r.BitsSet, "bitsCleared", r.BitsCleared,
+			"ownerAdded", r.OwnerAdded, "ownerRemoved", r.OwnerRemoved, "countWas", r.CountWas)
+	}
+	for _, r := range nr.HostLocalReleased {
+		log.Info("released address imported from host-local: its reservation file was removed (host-local DEL by a runtime with a cached host-local config)",
+			"ip", r.IP, "container", r.ContainerID, "ifname", r.IfName)
+	}
+	if rep.DryRun {
+		for _, d := range nr.Verdict.Decisions {
+			if d.Action == Reclaim {
+				log.Info("would reclaim address (dry run)", "ip", d.Record.IP, "sandbox", d.Record.ContainerID, "pod", d.Record.PodRef(), "reason", d.Reason, "detail", d.Detail)
+			}
+		}
+	}
+	v := &nr.Verdict
+	if !v.Guarded {
+		return
+	}
+	log.Error("MASS-RECLAIM GUARD: refusing to reclaim without proof of death; a person must look (hostlease-gc leaks)",
+		"wouldReclaim", v.WouldReclaim, "limit", v.GuardLimit, "records", nr.Snapshot.Held(),
+		"maxFraction", s.Opts.MaxReclaimFraction, "provenReclaims", v.Proven, "dryRun", rep.DryRun)
+	if rep.DryRun {
+		return
+	}
+	if err := s.Kube.Event(ctx, rep.API, nil, "Warning", "MassReclaimRefused",
+		fmt.Sprintf("hostlease-gc refused to reclaim %d addresses of network %s at once without proof of death (limit %d of its %d records)",
+			v.WouldReclaim, nr.Network, v.GuardLimit, nr.Snapshot.Held())); err != nil {
+		log.Warn("could not post Event", "error", err)
+	}
+}
+
+// reportReReserves logs, and posts Events for, what the reconciliation did
+// (or, in a dry run, would do) and the conflicts it found.
+func (s *Sweeper) reportReReserves(ctx context.Context, log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
+	event := func(rr ReReserve, typ, reason, msg string) {
+		r := &allocator.Record{IP: rr.IP, ContainerID: rr.Sandbox.ID, PodUID: rr.Sandbox.PodUID}
+		if err := s.Kube.Event(ctx, rep.API, r, typ, reason, msg); err != nil {
+			log.Warn("could not post Event", "error", err)
+		}
+	}
+	prev := func(rr ReReserve) string {
+		if rr.Prev == nil {
+			return ""
+		}
+		return rr.Prev.ContainerID
+	}
+	pod := func(sb CRISandbox) string { return sb.PodNamespace + "/" + sb.PodName }
+	for _, rr := range nr.ReReserve {
+		if !rr.Conflict {
+			continue
+		}
+		log.Error("ADDRESS CONFLICT: two READY sandboxes use one address; not rewritten, a person must look",
+			"ip", rr.IP, "sandbox", rr.Sandbox.ID, "pod", pod(rr.Sandbox), "recordedFor", prev(rr))
+		if rep.DryRun {
+			continue
+		}
+		event(rr, "Warning", "AddressConflict", fmt.Sprintf("hostlease-gc: %s (network %s) is used by sandbox %s and recorded for READY sandbox %s",
+			rr.IP, nr.Network, short(rr.Sandbox.ID), short(prev(rr))))
+	}
+	if rep.DryRun {
+		for _, rr := range nr.ReReserve {
+			if !rr.Conflict {
+				log.Warn("would re-reserve address for the READY sandbox that uses it (dry run)", "ip", rr.IP, "reason", rr.Reason,
+					"sandbox", rr.Sandbox.ID, "pod", pod(rr.Sandbox), "recordedFor", prev(rr))
+			}
+		}
+		return
+	}
+	for _, rr := range nr.ReReserved {
+		log.Warn("re-reserved address for the READY sandbox that uses it: the store did not hold it for that sandbox",
+			"ip", rr.IP, "reason", rr.Reason, "sandbox", rr.Sandbox.ID, "pod", pod(rr.Sandbox), "recordedFor", prev(rr))
+		event(rr, "Warning", "AddressReReserved", fmt.Sprintf("hostlease-gc re-reserved %s (network %s) for sandbox %s, which uses it (%s)",
+			rr.IP, nr.Network, short(rr.Sandbox.ID), rr.Reason))
+	}
+}
+
+func short(id string) string {
+	if len(id) > 13 {
+		return id[:13]
+	}
+	return id
+}
