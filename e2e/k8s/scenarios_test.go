@@ -189,22 +189,8 @@ func TestUpgradeAndRestart(t *testing.T) {
 			t.Fatal(b.err)
 		}
 		installed := filepath.Join(CNIBinDir, "hostlease")
-		oldSum, err := fileSHA256(mustProjectBin(t, "hostlease"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		newSum, err := fileSHA256(b.plugin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		oldAbout, err := aboutLine(mustProjectBin(t, "hostlease"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		newAbout, err := aboutLine(b.plugin)
-		if err != nil {
-			t.Fatal(err)
-		}
+		oldSum, oldAbout := binaryID(t, mustProjectBin(t, "hostlease"))
+		newSum, newAbout := binaryID(t, b.plugin)
 		if oldSum == newSum || oldAbout == newAbout {
 			t.Fatalf("the upgrade image's plugin is the same binary (%s)", newAbout)
 		}
@@ -519,28 +505,7 @@ func TestLeaksThroughKubelet(t *testing.T) {
 	ensureInstalled(t, c)
 	waitNodeReady(t, c)
 	const ns = "e2e-leaks"
-	// A node has running pods: their netns keep the runtime's netns dir in
-	// use (an empty dir proves nothing, see gc.NetnsDirTrusted).
-	apply(t, c, deployment(ns, "bystander", 1))
-	waitPodsRunning(t, c, ns, 1)
-	for _, f := range []string{FailAddFile, FailDelFile} {
-		if err := os.WriteFile(f, []byte("e2e: chain broken on purpose\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Remove(f) })
-	}
-	if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, true, nil)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		os.Remove(FailAddFile)
-		os.Remove(FailDelFile)
-		deleteNamespace(t, c, ns)
-		if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil)); err != nil {
-			t.Error(err)
-		}
-	})
-	apply(t, c, deployment(ns, "crashloop", 2))
+	startCrashLoop(t, c, ns, "crashloop", 2, nil)
 
 	// Two minutes of kubelet retrying both pods. Sample the pending records
 	// for the peak; count the leaks from the records and from the store's
@@ -611,8 +576,7 @@ func TestLeaksThroughKubelet(t *testing.T) {
 	t.Logf("AddressReclaimed Events: %d (%d on pods)", len(evs), onPod)
 
 	// Heal the chain: the pods run.
-	os.Remove(FailAddFile)
-	os.Remove(FailDelFile)
+	healChain()
 	waitPodsRunning(t, c, ns, 3)
 }
 

@@ -61,6 +61,57 @@ func chainConflist(subnet string, fail, ipamExtra map[string]any) []byte {
 	return b
 }
 
+// breakChain makes the failplugin in the chain fail ADD and DEL until
+// healChain (or the end of the test).
+func breakChain(t testing.TB) {
+	t.Helper()
+	for _, f := range []string{FailAddFile, FailDelFile} {
+		if err := os.WriteFile(f, []byte("e2e: chain broken on purpose\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(healChain)
+}
+
+// healChain lets the failplugin's ADD and DEL succeed again.
+func healChain() {
+	os.Remove(FailAddFile)
+	os.Remove(FailDelFile)
+}
+
+// startCrashLoop sets up containerd #12130 in ns, undone at the end of the
+// test: a bystander pod runs (its netns keeps the runtime's netns dir in
+// use: an empty dir proves nothing, see gc.NetnsDirTrusted), then the chain
+// breaks (the failplugin, with fail as its extra configuration, fails ADD
+// and DEL) and a Deployment name of n pods starts, whose sandboxes kubelet
+// retries, each retry leaking an address.
+func startCrashLoop(t testing.TB, c *Cluster, ns, name string, n int, fail map[string]any) {
+	t.Helper()
+	apply(t, c, deployment(ns, "bystander", 1))
+	waitPodsRunning(t, c, ns, 1)
+	breakChain(t)
+	if fail == nil {
+		fail = map[string]any{}
+	}
+	if err := c.WriteConflist("10-hlk8s.conflist", chainConflist(PodSubnet, fail, nil)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		healChain()
+		deleteNamespace(t, c, ns)
+		restoreConflist(t, c)
+	})
+	apply(t, c, deployment(ns, name, n))
+}
+
+// restoreConflist puts the node's own conflist back (no failplugin).
+func restoreConflist(t testing.TB, c *Cluster) {
+	t.Helper()
+	if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil)); err != nil {
+		t.Error(err)
+	}
+}
+
 // setupHostlease builds the image from make build's binaries, imports it
 // and writes the node's conflist (the plugin it names is installed by the
 // DaemonSet's install-cni).

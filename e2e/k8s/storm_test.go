@@ -55,33 +55,14 @@ func BenchmarkRetryStorm(b *testing.B) {
 	ensureInstalled(b, c)
 	waitNodeReady(b, c)
 	const ns = "bench-storm"
-	// A running pod keeps the runtime's netns dir in use (an empty dir
-	// proves nothing, see gc.NetnsDirTrusted).
-	apply(b, c, deployment(ns, "bystander", 1))
-	waitPodsRunning(b, c, ns, 1)
 	failLog := filepath.Join(Root, "storm-failplugin.log")
 	_ = os.Remove(failLog)
-	for _, f := range []string{FailAddFile, FailDelFile} {
-		if err := os.WriteFile(f, []byte("bench: chain broken on purpose\n"), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Cleanup(func() {
-		os.Remove(FailAddFile)
-		os.Remove(FailDelFile)
-		deleteNamespace(b, c, ns)
-		if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil)); err != nil {
-			b.Error(err)
-		}
-	})
-	if err := c.WriteConflist("10-hlk8s.conflist", chainConflist(PodSubnet, map[string]any{"logFile": failLog}, nil)); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
 	start := time.Now()
-	apply(b, c, deployment(ns, "storm", pods))
+	startCrashLoop(b, c, ns, "storm", pods, map[string]any{"logFile": failLog})
+	b.ResetTimer()
 	sampledPeak := 0
-	for time.Since(start) < duration {
+	stormStart := time.Now()
+	for time.Since(stormStart) < duration {
 		pending := 0
 		for _, r := range records(b) {
 			if r.PodNamespace == ns && strings.HasPrefix(r.PodName, "storm-") && r.State == allocator.StatePending {
@@ -93,8 +74,7 @@ func BenchmarkRetryStorm(b *testing.B) {
 	}
 	end := time.Now()
 	// Heal: every pod gets an address and runs; every leak is reclaimed.
-	os.Remove(FailAddFile)
-	os.Remove(FailDelFile)
+	healChain()
 	waitPodsRunning(b, c, ns, pods+1)
 	b.StopTimer()
 
@@ -143,7 +123,7 @@ func BenchmarkRetryStorm(b *testing.B) {
 		b.Errorf("up to %d addresses held by failed attempts with %d pods: the /24's %d addresses were nearly all gone", peakHeld, pods+1, stormPoolSize)
 	}
 
-	r := stormReport{Pods: pods, Duration: end.Sub(start).Round(time.Second), Leaks: len(fromAdd),
+	r := stormReport{Pods: pods, Duration: end.Sub(stormStart).Round(time.Second), Leaks: len(fromAdd),
 		PeakPending: peak, PeakHeld: peakHeld, SampledPeak: sampledPeak,
 		AddP50: pct(fromAdd, 50), AddP99: pct(fromAdd, 99), AddMax: pct(fromAdd, 100),
 		DelP50: pct(fromDel, 50), DelP99: pct(fromDel, 99), DelMax: pct(fromDel, 100), Exhaustions: exhaustions}

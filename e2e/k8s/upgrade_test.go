@@ -57,6 +57,19 @@ func upgradeImage(c *Cluster) (string, error) {
 	return plugin, importImage(c, UpgradeImage, plugin, filepath.Join(dir, "hostlease-gc"))
 }
 
+// binaryID is a plugin binary's content hash and about line.
+func binaryID(t testing.TB, path string) (sum, about string) {
+	t.Helper()
+	sum, err := fileSHA256(path)
+	if err == nil {
+		about, err = aboutLine(path)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, about
+}
+
 // aboutLine is the first line a plugin binary prints when run without
 // CNI_COMMAND ("hostlease <version> (...)").
 func aboutLine(path string) (string, error) {
