@@ -20,6 +20,7 @@ import (
 
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -143,7 +144,7 @@ func (n *testNet) conflist() []byte {
 }
 
 // StorePath is hostlease's store of the network.
-func (n *testNet) StorePath() string { return allocator.StorePath(n.DataDir, n.Network) }
+func (n *testNet) StorePath() string { return store.FilePath(n.DataDir, n.Network) }
 
 func (n *testNet) touch(t *testing.T, path, content string) {
 	t.Helper()
@@ -250,13 +251,13 @@ func (n *testNet) audit(t *testing.T) []allocator.AuditEvent {
 // readAudit is audit returning the error, for polling a store that may be
 // being created.
 func (n *testNet) readAudit() ([]allocator.AuditEvent, error) {
-	s, err := allocator.Open(n.StorePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	s, err := store.Open(n.StorePath(), store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open store for its audit log: %w", err)
 	}
 	defer s.Close()
 	var evs []allocator.AuditEvent
-	err = s.View(func(tx *allocator.Tx) error {
+	err = s.View(func(tx *store.Tx) error {
 		var err error
 		evs, err = tx.AuditLog(10000)
 		return err

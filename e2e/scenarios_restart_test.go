@@ -9,6 +9,7 @@ import (
 
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // TestScenario7Restarts: hostlease-gc and containerd restart in the middle of
@@ -175,12 +176,12 @@ func TestScenario7Restarts(t *testing.T) {
 func reclaimLines(env *harness.Env, n *testNet) []string {
 	_ = env
 	var out []string
-	s, err := allocator.Open(n.StorePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: 5 * time.Second})
+	s, err := store.Open(n.StorePath(), store.OpenOptions{ReadOnly: true, LockTimeout: 5 * time.Second})
 	if err != nil {
 		return []string{err.Error()}
 	}
 	defer s.Close()
-	_ = s.View(func(tx *allocator.Tx) error {
+	_ = s.View(func(tx *store.Tx) error {
 		evs, err := tx.AuditLog(100)
 		for _, ev := range evs {
 			out = append(out, fmt.Sprintf("%s %s %s %s", ev.Time.Format(time.RFC3339Nano), ev.Action, ev.IP, ev.Reason))

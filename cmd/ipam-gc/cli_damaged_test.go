@@ -17,6 +17,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/fakecri"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // listEntry is one element of `list -o json`: a record, or a damaged record
@@ -51,7 +52,7 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 	dataDir := t.TempDir()
 	n := ipamNet{name: "dmg", dataDir: dataDir, rangeSets: subnets("10.83.0.0/24")}
 	a, b, c := add(t, n, "sandbox-a")[0], add(t, n, "sandbox-b")[0], add(t, n, "sandbox-c")[0]
-	path := allocator.StorePath(dataDir, "dmg")
+	path := store.FilePath(dataDir, "dmg")
 	damageRecord(t, path, b, storedValue(t, path, b)[:9])
 
 	r := gcExec(t, "list", "--data-dir", dataDir)
@@ -141,7 +142,7 @@ func TestRebuildDamagedStore(t *testing.T) {
 	for _, id := range []string{"ready-ok", "ready-damaged", "gone-damaged", "pending-ok"} {
 		ips[id] = add(t, n, id)[0]
 	}
-	path := allocator.StorePath(dataDir, "rb")
+	path := store.FilePath(dataDir, "rb")
 	damageRecord(t, path, ips["ready-damaged"], []byte{0xff, 0x00, 0x13})
 	damageRecord(t, path, ips["gone-damaged"], storedValue(t, path, ips["gone-damaged"])[:7])
 
@@ -205,7 +206,7 @@ func TestRebuildDamagedStore(t *testing.T) {
 
 // zeroLeafType zeroes the page type of the allocs bucket's root page, as a
 // torn or rotten page leaves it: bbolt opens the file, and panics on that
-// page when a transaction reads it (allocator.ErrStorePageDamaged).
+// page when a transaction reads it (store.ErrPageDamaged).
 func zeroLeafType(t *testing.T, path string) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
@@ -248,7 +249,7 @@ func TestRebuildPageDamagedStore(t *testing.T) {
 			ready = append(ready, ip)
 		}
 	}
-	path := allocator.StorePath(dataDir, "pg")
+	path := store.FilePath(dataDir, "pg")
 	zeroLeafType(t, path)
 	cri := startCRI(t)
 	for i, ip := range ready {

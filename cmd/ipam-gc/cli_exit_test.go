@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Every command that reads a data dir refuses one that does not exist or is
@@ -55,7 +55,7 @@ func TestStatusErrorRowExitsNonZero(t *testing.T) {
 	if r := gcExec(t, "status", "--data-dir", dataDir); r.code != 0 {
 		t.Fatalf("status of a healthy store: %s", r)
 	}
-	if err := os.WriteFile(allocator.StorePath(dataDir, "broken"), []byte("this is not a bbolt file, not at all, no"), 0o600); err != nil {
+	if err := os.WriteFile(store.FilePath(dataDir, "broken"), []byte("this is not a bbolt file, not at all, no"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, format := range []string{"table", "json"} {
@@ -143,8 +143,8 @@ func TestRebuildNeverActsOnEnvironmentErrors(t *testing.T) {
 	dataDir := t.TempDir()
 	n := ipamNet{name: "real", dataDir: dataDir, rangeSets: subnets("10.91.0.0/24")}
 	add(t, n, "sandbox-a")
-	link := allocator.StorePath(dataDir, "linked")
-	if err := os.Symlink(allocator.StorePath(dataDir, "real"), link); err != nil {
+	link := store.FilePath(dataDir, "linked")
+	if err := os.Symlink(store.FilePath(dataDir, "real"), link); err != nil {
 		t.Fatal(err)
 	}
 	if r := gcExec(t, "list", "--data-dir", dataDir); r.code != exitFailed || !strings.Contains(r.stderr, "network linked") {

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // A rollback from hostlease to host-local on a network whose ipam config
@@ -154,7 +155,7 @@ func TestLongNetworkName(t *testing.T) {
 	name := "n" + strings.Repeat("x", 252) // 253 bytes: "<name>.db" exceeds NAME_MAX
 	n := ipamNet{name: name, dataDir: dataDir, rangeSets: subnets("10.89.0.0/24")}
 	ip := add(t, n, "sandbox-long")[0]
-	if _, err := os.Stat(allocator.StorePath(dataDir, name)); err != nil {
+	if _, err := os.Stat(store.FilePath(dataDir, name)); err != nil {
 		t.Fatalf("the plugin's store for a long name: %v", err)
 	}
 	f := &fixture{dir: dataDir}
@@ -177,7 +178,7 @@ func TestExportWithDamagedRangeSets(t *testing.T) {
 	dataDir := t.TempDir()
 	n := ipamNet{name: "dr", dataDir: dataDir, rangeSets: subnets("10.90.0.0/24")}
 	ips := []netip.Addr{add(t, n, "sandbox-a")[0], add(t, n, "sandbox-b")[0]}
-	path := allocator.StorePath(dataDir, "dr")
+	path := store.FilePath(dataDir, "dr")
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // stdinThen answers the confirmation prompt with answer, after running
@@ -33,22 +35,22 @@ func TestReleaseLeavesAnAddressThatChangedHands(t *testing.T) {
 	f := newFixture(t)
 	old := f.ids["bbbb2222"]
 	ip := f.alpha[old]
-	path := allocator.StorePath(f.dir, "alpha")
+	path := store.FilePath(f.dir, "alpha")
 	next := sandboxID("ffff6666")
 	prev := stdin
 	t.Cleanup(func() { stdin = prev })
 	stdin = &stdinThen{answer: strings.NewReader("y\n"), change: func() {
-		c, err := allocator.LoadConfig(netConf(f.dir, "alpha"), "")
+		c, err := netconf.Load(netConf(f.dir, "alpha"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := allocator.Open(path, allocator.OpenOptions{LockTimeout: 5 * time.Second})
+		st, err := store.Open(path, store.OpenOptions{LockTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		if err := st.Update(func(tx *allocator.Tx) error {
-			if _, err := allocator.Release(tx, old, "eth0", "pod deleted", "plugin", time.Now()); err != nil {
+		if err := st.Update(func(tx *store.Tx) error {
+			if _, err := allocator.Release(tx, old, "eth0", allocator.Why{Reason: "pod deleted", By: "plugin"}, time.Now()); err != nil {
 				return err
 			}
 			_, cerr := allocator.Allocate(tx, allocator.AllocateRequest{Network: "alpha", RangeSets: c.RangeSets, Now: time.Now(),

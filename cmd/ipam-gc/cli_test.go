@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cli runs hostlease-gc in-process and returns stdout, stderr and the exit code.
@@ -50,17 +52,17 @@ func netConf(dataDir, name string) []byte {
 // allocate does what the plugin's ADD does for sandbox id on network name.
 func allocate(t *testing.T, dataDir, name, id string) []netip.Addr {
 	t.Helper()
-	c, err := allocator.LoadConfig(netConf(dataDir, name), "")
+	c, err := netconf.Load(netConf(dataDir, name), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := allocator.Open(allocator.StorePath(dataDir, name), allocator.OpenOptions{Create: true, LockTimeout: 5 * time.Second})
+	st, err := store.Open(store.FilePath(dataDir, name), store.OpenOptions{Create: true, LockTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	var recs []*allocator.Record
-	err = st.Update(func(tx *allocator.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		r, cerr := allocator.Allocate(tx, allocator.AllocateRequest{Network: name, RangeSets: c.RangeSets, Now: time.Now(),
 			Owner: allocator.Owner{ContainerID: id, IfName: "eth0", Netns: "/var/run/netns/cni-" + id[:8],
 				PodNamespace: "default", PodName: "web-" + id[:4], PodUID: "uid-" + id[:8]}})
@@ -128,13 +130,13 @@ func (f *fixture) records(t *testing.T, network string) map[netip.Addr]allocator
 
 func auditOf(t *testing.T, path string) []allocator.AuditEvent {
 	t.Helper()
-	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 5 * time.Second})
+	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	var evs []allocator.AuditEvent
-	if err := st.View(func(tx *allocator.Tx) (err error) {
+	if err := st.View(func(tx *store.Tx) (err error) {
 		evs, err = tx.AuditLog(1000)
 		return err
 	}); err != nil {
@@ -287,7 +289,7 @@ func TestReleaseAsksForConfirmation(t *testing.T) {
 		t.Errorf("after release: %d records, %s still there: %v", len(recs), ip, recs)
 	}
 	var ev *allocator.AuditEvent
-	for _, e := range auditOf(t, allocator.StorePath(f.dir, "alpha")) {
+	for _, e := range auditOf(t, store.FilePath(f.dir, "alpha")) {
 		if e.Action == "manual-release" {
 			ev = &e
 		}
@@ -335,7 +337,7 @@ func TestReleaseSandboxYes(t *testing.T) {
 		t.Errorf("release --sandbox touched another sandbox: alpha holds %d", len(recs))
 	}
 	n := 0
-	for _, e := range auditOf(t, allocator.StorePath(f.dir, "beta")) {
+	for _, e := range auditOf(t, store.FilePath(f.dir, "beta")) {
 		if e.Action == "manual-release" && e.ContainerID == id {
 			n++
 		}
@@ -487,7 +489,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 
 func TestRebuildRefusesReadableStore(t *testing.T) {
 	f := newFixture(t)
-	path := allocator.StorePath(f.dir, "alpha")
+	path := store.FilePath(f.dir, "alpha")
 	before, _ := os.ReadFile(path)
 	_, errOut, code := cli(t, "rebuild", "--data-dir", f.dir, "--network", "alpha", "--cri-endpoint", "unix:///nonexistent/cri.sock")
 	if code != 1 || !strings.Contains(errOut, "is readable (3 records); pass --force") {
@@ -516,7 +518,7 @@ func TestRebuildRefusesReadableStore(t *testing.T) {
 	if _, errOut, code := cli(t, "list", "--data-dir", f.dir); code != 1 || !strings.Contains(errOut, "network alpha") || !strings.Contains(errOut, "truncated") {
 		t.Errorf("list with a truncated store: exit %d %q", code, errOut)
 	}
-	if err := os.Truncate(allocator.StorePath(f.dir, "beta"), 8192); err != nil {
+	if err := os.Truncate(store.FilePath(f.dir, "beta"), 8192); err != nil {
 		t.Fatal(err)
 	}
 	if _, errOut, code := cli(t, "list", "--data-dir", f.dir); code != 1 || !strings.Contains(errOut, "network beta") || !strings.Contains(errOut, "2 store(s) could not be read") {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // auditRow is one audit log entry of one network, as `audit` shows it.
@@ -81,14 +82,14 @@ func cmdAudit(args []string, stdout, stderr io.Writer) error {
 }
 
 func readAudit(path string, limit int) (string, []allocator.AuditEvent, error) {
-	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: cliLockTimeout})
+	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: cliLockTimeout})
 	if err != nil {
 		return "", nil, err
 	}
 	defer st.Close()
 	var name string
 	var evs []allocator.AuditEvent
-	err = st.View(func(tx *allocator.Tx) error {
+	err = st.View(func(tx *store.Tx) error {
 		name = tx.Network()
 		evs, err = tx.AuditLog(limit)
 		return err

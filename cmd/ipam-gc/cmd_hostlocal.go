@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // hostLocalArgs are the flags shared by import and export, checked.
@@ -64,13 +65,13 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		}
 		return fmt.Errorf("no host-local state for network %s: %s: %w (host-local's data dir is --host-local-dir)", a.network, src, err)
 	}
-	st, err := allocator.Open(allocator.StorePath(a.dataDir, a.network), allocator.OpenOptions{Create: true, LockTimeout: 10 * time.Second})
+	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	n := 0
-	err = st.Update(func(tx *allocator.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		sets, err := tx.RangeSets()
 		if err != nil {
 			return err
@@ -98,8 +99,8 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	path := allocator.StorePath(a.dataDir, a.network)
-	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	path := store.FilePath(a.dataDir, a.network)
+	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no store for network %s: %s does not exist", a.network, path)
 	}
@@ -110,7 +111,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	dst := allocator.HostLocalDir(a.hlBase, a.network)
 	n := 0
 	var damaged []allocator.DamagedRecord
-	err = st.View(func(tx *allocator.Tx) error {
+	err = st.View(func(tx *store.Tx) error {
 		n, err = allocator.ExportHostLocal(tx, dst)
 		if err != nil {
 			return err

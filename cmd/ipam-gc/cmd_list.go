@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -106,7 +106,7 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 
 // selectStores returns the stores to act on: one network's, or all. The data
 // dir must exist: a mistyped path is an error, never an empty answer. A
-// network's store is found where the plugin puts it (allocator.StorePath),
+// network's store is found where the plugin puts it (store.FilePath),
 // not by guessing a name back from file names.
 func selectStores(dataDir, network string) ([]gc.StoreFile, error) {
 	if network != "" {
@@ -118,7 +118,7 @@ func selectStores(dataDir, network string) ([]gc.StoreFile, error) {
 		return nil, err
 	}
 	if network != "" {
-		path := allocator.StorePath(dataDir, network)
+		path := store.FilePath(dataDir, network)
 		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no store for network %q under %s", network, dataDir)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -52,11 +53,11 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("store %s is readable (%d records); pass --force to rebuild it anyway (no record is damaged)", f.Path, len(view.Records))
 	case readErr == nil:
 		sets = view.RangeSets
-	case errors.Is(readErr, allocator.ErrStorePageDamaged) && !*force:
+	case errors.Is(readErr, store.ErrPageDamaged) && !*force:
 		// The plugin still serves from the pages it can read: a rebuild
 		// cannot tell who owns what only the damaged page records.
 		return fmt.Errorf("store %s is damaged (%v); pass --force to set it aside and rebuild it from CRI and its readable pages (owners recorded only on the damaged page are lost; their addresses stay reserved for nobody until the daemon frees them)", f.Path, readErr)
-	case allocator.IsDamage(readErr):
+	case store.IsDamage(readErr):
 		// RebuildStore reads the range sets from the old store if it can.
 	default:
 		return fmt.Errorf("not rebuilding: %w (not damage: fix the cause)", readErr)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -109,11 +110,11 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	}
 	released, changed := 0, 0
 	for _, t := range targets {
-		st, err := allocator.Open(t.f.Path, allocator.OpenOptions{LockTimeout: cliLockTimeout})
+		st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: cliLockTimeout})
 		if err != nil {
 			return fmt.Errorf("network %s: %w", t.network, err)
 		}
-		err = st.Update(func(tx *allocator.Tx) error {
+		err = st.Update(func(tx *store.Tx) error {
 			release := func(ip netip.Addr) error {
 				if _, err := allocator.ReleaseIP(tx, ip, "hostlease-gc release", "operator", now); err != nil {
 					return err
@@ -128,7 +129,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 			}
 			for _, want := range t.recs {
 				cur, _ := tx.Lookup(want.IP)
-				if cur == nil || cur.ContainerID != want.ContainerID || cur.IfName != want.IfName || !cur.Created.Equal(want.Created) {
+				if cur == nil || !allocator.SameAllocation(cur, want) {
 					skip(want.IP)
 					continue
 				}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/pool"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -23,19 +25,19 @@ type storeView struct {
 	Damaged     []allocator.DamagedRecord
 	RangeSets   []allocator.StoredRangeSet
 	RangesErr   error // the stored range sets do not decode (sizes unknown)
-	Usage       []allocator.PoolUsage
+	Usage       []pool.Usage
 	Exhaustions map[int]allocator.Exhaustion
 }
 
 // readStore opens f read-only, reads it in one transaction and closes it.
 func readStore(f gc.StoreFile) (*storeView, error) {
-	st, err := allocator.Open(f.Path, allocator.OpenOptions{ReadOnly: true, LockTimeout: cliLockTimeout})
+	st, err := store.Open(f.Path, store.OpenOptions{ReadOnly: true, LockTimeout: cliLockTimeout})
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
 	v := &storeView{Network: f.Network, Path: f.Path}
-	err = st.View(func(tx *allocator.Tx) error {
+	err = st.View(func(tx *store.Tx) error {
 		if name := tx.Network(); name != "" {
 			v.Network = name
 		}
@@ -54,7 +56,7 @@ func readStore(f gc.StoreFile) (*storeView, error) {
 		if err != nil {
 			return err
 		}
-		v.Usage = allocator.Usage(tx, v.RangeSets)
+		v.Usage = pool.Measure(tx, v.RangeSets)
 		v.Exhaustions, err = tx.Exhaustions()
 		return err
 	})
@@ -103,9 +105,9 @@ func damagedSummary(n int) error {
 // to repair it; anything else (permissions, I/O) is the environment's to fix.
 func storeErr(network string, err error) string {
 	switch {
-	case errors.Is(err, allocator.ErrStorePageDamaged):
+	case errors.Is(err, store.ErrPageDamaged):
 		return fmt.Sprintf("%v (repair: hostlease-gc rebuild --network %s --force)", err, network)
-	case allocator.IsDamage(err):
+	case store.IsDamage(err):
 		return fmt.Sprintf("%v (repair: hostlease-gc rebuild --network %s)", err, network)
 	}
 	return err.Error()

@@ -11,12 +11,14 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cmdAdd reserves one address per range set, as host-local would, and records
 // who holds it. The reservation is durable before the result is printed.
 func cmdAdd(args *skel.CmdArgs) error {
-	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	c, err := netconf.Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
@@ -31,9 +33,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		result.DNS = *dns
 	}
-	s, err := openStore(c, true, false)
+	s, err := openStore(c, store.OpenOptions{Create: true})
 	if err != nil {
-		if errors.Is(err, allocator.ErrStoreUnreadable) {
+		if errors.Is(err, store.ErrUnreadable) {
 			kick(c) // the daemon rebuilds it at once instead of at its next sweep
 		}
 		return storeError(c, err)
@@ -50,9 +52,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	var aerr *types.Error
 	var notes txNotes
 	imported := 0
-	err = s.Update(func(tx *allocator.Tx) error {
+	err = s.Update(func(tx *store.Tx) error {
 		hlDir := allocator.HostLocalDir(c.HostLocalDir, c.Network)
-		n, err := tx.MigrateOnce(hlDir, c.Network, c.RangeSets, req.Now)
+		n, err := allocator.MigrateOnce(tx, hlDir, c.Network, c.RangeSets, req.Now)
 		if err != nil {
 			return err
 		}
@@ -68,8 +70,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 		if aerr != nil && aerr.Code == types.ErrIOFailure {
 			return aerr // roll back: the transaction may be half-applied
 		}
-		// Otherwise commit even on failure: host-local keeps its moved
-		// round-robin point, and the exhaustion count must reach the daemon.
+		// Otherwise keep the transaction's writes even on failure:
+		// host-local keeps its moved round-robin point, and the exhaustion
+		// count must reach the daemon.
 		return nil
 	})
 	// The reservation is durable: release the store lock, which concurrent
@@ -88,7 +91,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		notes.log(log)
 	}
 	if err != nil {
-		if allocator.IsDamage(err) {
+		if store.IsDamage(err) {
 			kick(c)
 		}
 		return storeError(c, err)

@@ -12,13 +12,16 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cmdDel releases the attachment's addresses. It never fails for missing
 // state: an unknown container, a missing data dir, or a missing, empty,
 // truncated or garbage store all succeed with a log line (the store is left as
 // evidence), because a DEL that cannot succeed is retried forever and blocks the
-// sandbox name. It fails only when it knows of an allocation it could not free.
+// sandbox name. A store of another schema is left alone and logged the same
+// way. It fails only when it knows of an allocation it could not free.
 //
 // A DEL that finds nothing to release needs no write: when the store cannot
 // be opened for writing because of the environment (read-only file system,
@@ -27,7 +30,7 @@ import (
 // release fails it (CNI 5 naming the errno). A damaged record that may be
 // the attachment's is logged and left reserved (an operator releases it).
 func cmdDel(args *skel.CmdArgs) error {
-	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	c, err := netconf.Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
@@ -45,14 +48,20 @@ func cmdDel(args *skel.CmdArgs) error {
 		}
 		create = true // first use after host-local: import, then release
 	}
-	s, err := openStore(c, create, false)
+	s, err := openStore(c, store.OpenOptions{Create: create})
 	if err != nil {
 		switch {
-		case allocator.IsDamage(err):
+		case store.IsDamage(err):
 			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
-		case allocator.IsEnvironmentError(err):
+		case store.IsEnvironmentError(err):
 			return delReadOnly(c, args, log, err)
+		case errors.Is(err, store.ErrSchema):
+			// Not damage: its records may be intact, for a binary of that
+			// schema. None can be released here; a failing DEL would be
+			// retried forever, so the leak is left to that version's daemon.
+			log().Warn("store of another schema: treating as nothing to release; left as it is", "error", err)
+			return nil
 		}
 		return storeError(c, err)
 	}
@@ -60,20 +69,20 @@ func cmdDel(args *skel.CmdArgs) error {
 	now := time.Now()
 	var released []*allocator.Record
 	var notes txNotes
-	err = s.Update(func(tx *allocator.Tx) error {
-		if _, err := tx.MigrateOnce(allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, now); err != nil {
+	err = s.Update(func(tx *store.Tx) error {
+		if _, err := allocator.MigrateOnce(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, now); err != nil {
 			return err
 		}
-		released, err = allocator.Release(tx, args.ContainerID, args.IfName, "DEL", "plugin", now)
+		released, err = allocator.Release(tx, args.ContainerID, args.IfName, allocator.Why{Reason: "DEL", By: "plugin"}, now)
 		notes = notesOf(tx)
 		return err
 	})
 	if err != nil {
 		switch {
-		case allocator.IsDamage(err):
+		case store.IsDamage(err):
 			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
-		case allocator.IsEnvironmentError(err) && len(released) == 0:
+		case store.IsEnvironmentError(err) && len(released) == 0:
 			// Nothing was held; what could not be written was an index
 			// repair (or the first import), which the next writer redoes.
 			log().Warn("nothing to release; the store could not be written", "error", err)
@@ -106,19 +115,19 @@ func logNothingHeld(log func() *slog.Logger, damaged []allocator.DamagedRecord) 
 // delReadOnly finishes a DEL whose read-write open failed with rwErr, an
 // environment error: it looks at the store read-only and succeeds when the
 // attachment holds nothing there.
-func delReadOnly(c *allocator.Config, args *skel.CmdArgs, log func() *slog.Logger, rwErr error) error {
+func delReadOnly(c *netconf.Config, args *skel.CmdArgs, log func() *slog.Logger, rwErr error) error {
 	if errors.Is(rwErr, syscall.ELOOP) {
 		// A symlink at the store path is never followed. A dangling one
 		// holds nothing; one that points at a file is the operator's to fix.
-		if _, err := os.Stat(allocator.StorePath(c.StoreDir, c.Network)); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(store.FilePath(c.StoreDir, c.Network)); errors.Is(err, os.ErrNotExist) {
 			log().Warn("a dangling symlink is in place of the store: nothing to release", "error", rwErr)
 			return nil
 		}
 		return storeError(c, rwErr)
 	}
-	s, err := openStore(c, false, true)
+	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err != nil {
-		if allocator.IsDamage(err) {
+		if store.IsDamage(err) {
 			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
 		}
@@ -131,13 +140,13 @@ func delReadOnly(c *allocator.Config, args *skel.CmdArgs, log func() *slog.Logge
 	defer s.Close()
 	var recs []*allocator.Record
 	var notes txNotes
-	err = s.View(func(tx *allocator.Tx) error {
+	err = s.View(func(tx *store.Tx) error {
 		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
 		notes = notesOf(tx)
 		return err
 	})
 	if err != nil {
-		if allocator.IsDamage(err) {
+		if store.IsDamage(err) {
 			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
 		}

@@ -8,6 +8,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cmdGC releases every reservation of this network whose attachment is not in
@@ -19,7 +21,7 @@ import (
 // IPAM, but the reference plugins (bridge v1.9.1: "FIXME GC") do not, so in a
 // conflist the marker entry is the only hostlease that libcni's GC reaches.
 func cmdGC(args *skel.CmdArgs) error {
-	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	c, err := netconf.Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
@@ -30,14 +32,14 @@ func cmdGC(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"cni.dev/valid-attachments: missing; refusing to garbage-collect without the list of attachments in use", "")
 	}
-	s, err := openStore(c, false, false)
+	s, err := openStore(c, store.OpenOptions{})
 	if err != nil {
 		return storeError(c, err)
 	}
 	defer s.Close()
 	var gone []*allocator.Record
 	var notes txNotes
-	err = s.Update(func(tx *allocator.Tx) error {
+	err = s.Update(func(tx *store.Tx) error {
 		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, time.Now())
 		notes = notesOf(tx)
 		return err

@@ -12,7 +12,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 )
 
 // buildVersion is set with -ldflags "-X main.buildVersion=...".
@@ -23,7 +23,7 @@ func main() {
 	// installed as host-local (a drop-in), a top-level "type": "host-local"
 	// without ipam stays host-local's error, never a marker.
 	if name := filepath.Base(os.Args[0]); name != "hostlease" && name != "host-local" && name != "." {
-		allocator.MarkerTypes = append(allocator.MarkerTypes, name)
+		netconf.MarkerTypes = append(netconf.MarkerTypes, name)
 	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,

@@ -11,13 +11,15 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // markerAdd runs when hostlease is the last plugin of a conflist: every plugin
 // before it succeeded, so the attachment's allocations are committed. It passes
 // the chain's result through unchanged. Failing to mark is logged, never fatal:
 // the pod is healthy, and hostlease-gc also commits what CRI reports READY.
-func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
+func markerAdd(args *skel.CmdArgs, c *netconf.Config) error {
 	conf := &types.NetConf{}
 	if err := json.Unmarshal(args.StdinData, conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, "config: "+err.Error(), "")
@@ -29,7 +31,7 @@ func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
 		return logWith("verb", "ADD", "mode", "commit-marker", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
 	}
 	if storeExists(c) {
-		if n, err := commit(c, args); err != nil {
+		if n, err := markCommitted(c, args); err != nil {
 			log().Warn("could not mark allocations committed", "error", err)
 		} else if n == 0 {
 			log().Info("no pending allocation for this attachment (ipam is not hostlease, or dataDir differs)")
@@ -43,16 +45,18 @@ func markerAdd(args *skel.CmdArgs, c *allocator.Config) error {
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
 
-func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
-	s, err := openStore(c, false, false)
+// markCommitted marks the attachment's records committed in one store
+// transaction and returns how many changed.
+func markCommitted(c *netconf.Config, args *skel.CmdArgs) (int, error) {
+	s, err := openStore(c, store.OpenOptions{})
 	if err != nil {
 		return 0, err
 	}
 	defer s.UnlockForExit()
 	n := 0
 	var notes txNotes
-	err = s.Update(func(tx *allocator.Tx) error {
-		n, err = allocator.Commit(tx, args.ContainerID, args.IfName, time.Now())
+	err = s.Update(func(tx *store.Tx) error {
+		n, err = allocator.MarkCommitted(tx, args.ContainerID, args.IfName, time.Now())
 		notes = notesOf(tx)
 		return err
 	})
@@ -63,7 +67,7 @@ func commit(c *allocator.Config, args *skel.CmdArgs) (int, error) {
 }
 
 // markerCheck verifies that the chain's allocations were committed.
-func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
+func markerCheck(args *skel.CmdArgs, c *netconf.Config) error {
 	if !storeExists(c) {
 		return nil
 	}
@@ -85,15 +89,15 @@ func markerCheck(args *skel.CmdArgs, c *allocator.Config) error {
 
 // held reads the attachment's records from a read-only view of the store,
 // with what the read met (damaged records the owner index lists for it).
-func held(c *allocator.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
-	s, err := openStore(c, false, true)
+func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
+	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		return nil, txNotes{}, storeError(c, err)
 	}
 	defer s.Close()
 	var recs []*allocator.Record
 	var notes txNotes
-	err = s.View(func(tx *allocator.Tx) error {
+	err = s.View(func(tx *store.Tx) error {
 		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
 		notes = notesOf(tx)
 		return err

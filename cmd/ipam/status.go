@@ -11,6 +11,8 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cmdStatus reports whether ADD can be served. containerd 2.x turns a STATUS
@@ -23,7 +25,7 @@ import (
 // is an alert (hostlease-gc's metrics), not a node outage: STATUS reports it
 // only with ipam "failStatusOnExhaustion": true.
 func cmdStatus(args *skel.CmdArgs) error {
-	c, err := allocator.LoadConfig(args.StdinData, args.Args)
+	c, err := netconf.Load(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
@@ -33,7 +35,7 @@ func cmdStatus(args *skel.CmdArgs) error {
 	unavailable := func(format string, a ...any) error {
 		return types.NewError(allocator.ErrStatusUnavailable, fmt.Sprintf("network %s: ", c.Network)+fmt.Sprintf(format, a...), "")
 	}
-	path := allocator.StorePath(c.StoreDir, c.Network)
+	path := store.FilePath(c.StoreDir, c.Network)
 	if !storeExists(c) {
 		if dir, err := writableDir(c.StoreDir); err != nil {
 			return unavailable("data dir %s cannot be written (%v): no store can be created; ADD fails until it can", dir, err)
@@ -44,10 +46,10 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return unavailable("store %s cannot be written: %v (%s); ADD fails until it can", path, err, errnoName(err))
 	}
 	var full []int
-	s, err := openStore(c, false, true)
+	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err == nil {
 		if c.FailStatusOnExhaustion {
-			err = s.View(func(tx *allocator.Tx) error {
+			err = s.View(func(tx *store.Tx) error {
 				full = allocator.FullRangeSets(tx, c.RangeSets)
 				return nil
 			})
@@ -55,14 +57,16 @@ func cmdStatus(args *skel.CmdArgs) error {
 		s.Close()
 	}
 	switch {
-	case errors.Is(err, allocator.ErrStoreUnreadable):
+	case errors.Is(err, store.ErrUnreadable):
 		// Damage found at open: ADD cannot be served until the rebuild.
 		return unavailable("%v; waiting for hostlease-gc to rebuild it", err)
-	case allocator.IsEnvironmentError(err):
+	case store.IsEnvironmentError(err):
 		return unavailable("%v; ADD fails until it can be opened", err)
-	case errors.Is(err, allocator.ErrStorePageDamaged):
+	case errors.Is(err, store.ErrPageDamaged):
 		// Some pages are readable: ADDs that do not meet the damage succeed.
 		return nil
+	case errors.Is(err, store.ErrSchema):
+		return unavailable("%v; ADD fails on this store", err)
 	case err != nil:
 		return storeError(c, err)
 	}
@@ -99,7 +103,7 @@ func writableDir(dir string) (string, error) {
 func errnoName(err error) string {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
-		return allocator.ErrnoName(errno)
+		return store.ErrnoName(errno)
 	}
 	return "?"
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // logWith returns a logger writing to stderr (which runtimes keep in their
@@ -21,41 +23,45 @@ func logWith(attrs ...any) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With(append([]any{"plugin", "hostlease"}, attrs...)...)
 }
 
-// openStore opens the network's store for one operation; with create it makes
-// the store on first use. Errors are returned as they are (callers decide what
+// openStore opens the network's store for one operation, as o says (Create:
+// make it on first use; ReadOnly), waiting for its lock as long as the
+// config's lockTimeout. Errors are returned as they are (callers decide what
 // missing or unreadable state means for their verb); storeError codes them.
-func openStore(c *allocator.Config, create, readOnly bool) (*allocator.Store, error) {
-	return allocator.Open(allocator.StorePath(c.StoreDir, c.Network),
-		allocator.OpenOptions{LockTimeout: c.LockTimeout, Create: create, ReadOnly: readOnly})
+func openStore(c *netconf.Config, o store.OpenOptions) (*store.Store, error) {
+	o.LockTimeout = c.LockTimeout
+	return store.Open(store.FilePath(c.StoreDir, c.Network), o)
 }
 
 // storeError codes a store failure by class (see allocator's errors.go):
 // 11 (try again later) for a lock timeout or a store the daemon will set
 // aside and rebuild; 5 for an environment error (naming the errno and the
-// path) and for a damaged page (the operator rebuilds it); 5 for anything else.
-func storeError(c *allocator.Config, err error) error {
+// path), for a damaged page (the operator rebuilds it) and for a store of
+// another schema (the operator runs the matching binary); 5 for anything else.
+func storeError(c *netconf.Config, err error) error {
 	var cerr *types.Error
 	switch {
 	case errors.As(err, &cerr):
 		return cerr
-	case errors.Is(err, allocator.ErrLockTimeout):
+	case errors.Is(err, store.ErrLockTimeout):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
-	case errors.Is(err, allocator.ErrStoreUnreadable):
+	case errors.Is(err, store.ErrUnreadable):
 		return types.NewError(types.ErrTryAgainLater,
 			fmt.Sprintf("%v; hostlease-gc sets it aside and rebuilds it from the runtime (or run `hostlease-gc rebuild`)", err), "")
-	case errors.Is(err, allocator.ErrStorePageDamaged):
+	case errors.Is(err, store.ErrPageDamaged):
 		return types.NewError(types.ErrIOFailure,
 			fmt.Sprintf("%v; the store is damaged: run `hostlease-gc rebuild --force` for network %s", err, c.Network), "")
-	case allocator.IsEnvironmentError(err):
+	case store.IsEnvironmentError(err):
 		return types.NewError(types.ErrIOFailure, "store: "+err.Error(), "")
+	case errors.Is(err, store.ErrSchema):
+		return types.NewError(types.ErrIOFailure, err.Error(), "")
 	}
-	return types.NewError(types.ErrIOFailure, fmt.Sprintf("store %s: %v", allocator.StorePath(c.StoreDir, c.Network), err), "")
+	return types.NewError(types.ErrIOFailure, fmt.Sprintf("store %s: %v", store.FilePath(c.StoreDir, c.Network), err), "")
 }
 
 // storeExists reports whether anything is at the network's store path (a
 // symlink there counts: Open refuses it, naming it).
-func storeExists(c *allocator.Config) bool {
-	_, err := os.Lstat(allocator.StorePath(c.StoreDir, c.Network))
+func storeExists(c *netconf.Config) bool {
+	_, err := os.Lstat(store.FilePath(c.StoreDir, c.Network))
 	return err == nil
 }
 
@@ -67,7 +73,7 @@ type txNotes struct {
 	damaged []allocator.DamagedRecord
 }
 
-func notesOf(tx *allocator.Tx) txNotes {
+func notesOf(tx *store.Tx) txNotes {
 	return txNotes{repairs: tx.Repairs(), damaged: tx.DamagedSeen()}
 }
 
@@ -82,13 +88,13 @@ func (n txNotes) log(log func() *slog.Logger) {
 }
 
 // hostLocalStateExists reports whether host-local left state for the network.
-func hostLocalStateExists(c *allocator.Config) bool {
+func hostLocalStateExists(c *netconf.Config) bool {
 	_, err := os.Stat(allocator.HostLocalDir(c.HostLocalDir, c.Network))
 	return err == nil
 }
 
 // kick tells hostlease-gc to sweep now: it watches this file's mtime.
-func kick(c *allocator.Config) {
+func kick(c *netconf.Config) {
 	path := filepath.Join(c.StoreDir, ".kick")
 	now := time.Now()
 	if err := os.Chtimes(path, now, now); err != nil {

@@ -1,33 +1,15 @@
 package allocator
 
-import (
-	"net/netip"
+import "net/netip"
 
-	bolt "go.etcd.io/bbolt"
-)
-
-// TakenIter walks reserved addresses in address order. Production code walks
-// the allocs bucket's cursor; tests use a sorted slice.
+// TakenIter walks reserved addresses in address order. The store walks its
+// taken bitmap (which also finds free addresses a word at a time: freeFinder);
+// tests use a sorted slice.
 type TakenIter interface {
 	// Seek returns the first taken address >= from (in key order), if any.
 	Seek(from netip.Addr) (netip.Addr, bool)
 	// Next returns the taken address after the last one returned, if any.
 	Next() (netip.Addr, bool)
-}
-
-// Contains reports whether ip is allocatable territory of r (gateway included).
-func (r StoredRange) Contains(ip netip.Addr) bool {
-	return ip.BitLen() == r.Start.BitLen() && r.Start.Compare(ip) <= 0 && ip.Compare(r.End) <= 0
-}
-
-// rangeFor returns the index of the range of set holding ip, or -1.
-func rangeFor(set StoredRangeSet, ip netip.Addr) int {
-	for i, r := range set.Ranges {
-		if r.Contains(ip) {
-			return i
-		}
-	}
-	return -1
 }
 
 // segment is an inclusive span of one range to search.
@@ -69,8 +51,9 @@ func roundRobin(set StoredRangeSet, last netip.Addr, hasLast bool) []segment {
 // order after last that is neither reserved nor its range's gateway. It
 // returns the address and the index of its range within set.
 //
-// Cost is the number of reserved addresses it steps over, not the pool size:
-// it walks the sorted keys and stops at the first gap.
+// Over the store's bitmap (a freeFinder) it reads whole 64-address words
+// until the first clear bit; over a plain TakenIter its cost is the number of
+// reserved addresses it steps over, not the pool size.
 func NextFree(set StoredRangeSet, last netip.Addr, hasLast bool, taken TakenIter) (netip.Addr, int, bool) {
 	for _, s := range roundRobin(set, last, hasLast) {
 		if ip, ok := firstFree(taken, s.from, s.to, set.Ranges[s.rangeIdx].Gateway); ok {
@@ -104,27 +87,4 @@ func firstFree(taken TakenIter, from, to, gw netip.Addr) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
-}
-
-// takenIter walks the reserved addresses through the taken bitmap, or, in a
-// read-only view of a schema 1 store (which has none until its first write),
-// through the records' keys.
-func (tx *Tx) takenIter() TakenIter {
-	if tx.taken == nil {
-		return &keysIter{tx.allocs.Cursor()}
-	}
-	return takenBits{tx.taken}.iter()
-}
-
-// keysIter walks address keys with a bucket cursor.
-type keysIter struct{ c *bolt.Cursor }
-
-func (it *keysIter) Seek(from netip.Addr) (netip.Addr, bool) {
-	k, _ := it.c.Seek(addrKey(from))
-	return keyAddr(k)
-}
-
-func (it *keysIter) Next() (netip.Addr, bool) {
-	k, _ := it.c.Next()
-	return keyAddr(k)
 }

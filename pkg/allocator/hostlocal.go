@@ -39,12 +39,27 @@ func HostLocalBaseFor(storeDir string) string {
 	return storeDir
 }
 
+// MigrateOnce imports host-local state from dir the first time any write
+// transaction runs on this store, so an address in use under host-local is never
+// handed out again. Later calls cost one key lookup.
+func MigrateOnce(tx Store, dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
+	if tx.Migrated() {
+		return 0, nil
+	}
+	n, err := ImportHostLocal(tx, dir, network, sets, now)
+	if err != nil {
+		return n, err
+	}
+	return n, tx.MarkMigrated(now)
+}
+
 // ImportHostLocal copies host-local state from dir into the store so that no
 // address in use there is handed out again. Imported records are committed
 // (they were in use), keep their owner, and are attributed to the range set that
-// contains them (-1 when none does). Addresses already in the store are left
-// alone. It returns how many records it added. A missing dir imports nothing.
-func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
+// contains them (-1 when none does), with Source SourceHostLocal (the store
+// indexes them: Store.HostLocalRecords). Addresses already in the store are
+// left alone. It returns how many records it added. A missing dir imports nothing.
+func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -76,7 +91,7 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 			continue // "lock" and anything else that is not an address
 		}
 		ip = ip.Unmap()
-		if tx.Taken(ip) || tx.hasRecord(ip) {
+		if tx.Taken(ip) || tx.HasRecord(ip) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -98,11 +113,6 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 		if err := tx.Put(rec); err != nil {
 			return n, err
 		}
-		if tx.imported != nil {
-			if err := tx.imported.Put(addrKey(ip), nil); err != nil {
-				return n, err
-			}
-		}
 		n++
 	}
 	if n > 0 {
@@ -116,7 +126,7 @@ func ImportHostLocal(tx *Tx, dir, network string, sets []StoredRangeSet, now tim
 // ExportHostLocal writes the store's reservations and round-robin points to dir
 // in host-local's format, for rolling back to host-local. Existing files for the
 // same addresses are overwritten; other files are left alone.
-func ExportHostLocal(tx *Tx, dir string) (int, error) {
+func ExportHostLocal(tx Store, dir string) (int, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
@@ -165,12 +175,40 @@ func writeFileAtomic(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// MarkMigrated records that host-local state must not be imported into this
-// store (it was rebuilt from the runtime, which is more recent truth).
-func (tx *Tx) MarkMigrated(now time.Time) error {
-	return tx.meta.Put(keyImported, []byte(now.UTC().Format(time.RFC3339)))
+// ReleaseVanishedHostLocal releases every record imported from host-local
+// whose reservation file (dir/<ip>, dir being HostLocalDir of the network) has
+// been removed since: host-local's own DEL did that, run by a runtime that
+// still holds the network's host-local config in its cache (podman after a
+// switch to hostlease), so the container is gone. Each is audited
+// (AuditHostLocalGone). It costs one cursor step while nothing imported is
+// held, one lstat per imported record otherwise.
+//
+// Only host-local's own DEL is taken as proof: it removes one reservation
+// file and leaves its "lock" file (which every host-local call creates). A
+// missing dir, or a dir without its lock file (an operator's wipe of the
+// host-local state, not a DEL), releases nothing. ADD calls it; the daemon
+// may too.
+func ReleaseVanishedHostLocal(tx Store, dir string, now time.Time) ([]*Record, error) {
+	recs, err := tx.HostLocalRecords()
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, nil
+	}
+	if _, err := os.Lstat(filepath.Join(dir, hostLocalLockFile)); err != nil {
+		return nil, nil
+	}
+	var out []*Record
+	for _, r := range recs {
+		if _, err := os.Lstat(filepath.Join(dir, hostLocalFileName(r.IP))); !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		why := Why{Action: AuditHostLocalGone, Reason: "host-local reservation file removed (host-local DEL)", By: "plugin"}
+		if err := ReleaseRecord(tx, r, why, now); err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
-
-// ValidNetworkName reports whether name is a network name the plugin accepts,
-// and so one that can name a store file and a host-local directory.
-func ValidNetworkName(name string) bool { return validNetworkName(name) == nil }

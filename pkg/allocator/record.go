@@ -1,20 +1,9 @@
 package allocator
 
 import (
-	"encoding/json"
-	"fmt"
 	"net/netip"
 	"time"
 )
-
-// SchemaVersion is the version of the record and store layout this code writes.
-// Readers refuse stores with a newer version rather than misreading them.
-//
-//	1: JSON values.
-//	2: binary values (codec.go); schema 1 values are still read, and a store's
-//	   schema is raised to 2 by the first write transaction of a binary that
-//	   writes binary values, so that a schema 1 binary refuses it cleanly.
-const SchemaVersion = 2
 
 // State is where an allocation stands in its chain's life.
 type State string
@@ -77,60 +66,25 @@ func (r *Record) PodRef() string {
 // Prefix is the address with its subnet's prefix length, as CNI results show it.
 func (r *Record) Prefix() netip.Prefix { return netip.PrefixFrom(r.IP, r.PrefixLen) }
 
-func encodeRecord(r *Record) ([]byte, error) {
-	r.Version = binaryFormat
-	return appendRecord(r), nil
-}
-
-// decodeAt reads the record stored under key: decodeRecord, and the address
-// it names must be the key's. A record naming another address is damaged (a
-// write of it would touch the other address's record and index entries).
-func decodeAt(key, v []byte) (*Record, error) {
-	r, err := decodeRecord(v)
-	if err != nil {
-		return nil, err
-	}
-	if ip, ok := keyAddr(key); !ok || ip != r.IP {
-		return nil, fmt.Errorf("undecodable record: it names %s but is stored under key %x", r.IP, key)
-	}
-	return r, nil
-}
-
-// decodeRecord reads a stored record in either form (binary, or schema 1's JSON).
-func decodeRecord(b []byte) (*Record, error) {
-	if !isJSON(b) {
-		r, err := readRecord(b)
-		if err != nil {
-			return nil, fmt.Errorf("undecodable record: %w", err)
-		}
-		return r, nil
-	}
-	r := &Record{}
-	if err := json.Unmarshal(b, r); err != nil {
-		return nil, fmt.Errorf("undecodable record: %w", err)
-	}
-	if r.Version > 1 {
-		return nil, fmt.Errorf("JSON record of schema v%d: only v1 records are JSON", r.Version)
-	}
-	return r, nil
-}
-
-// AuditEvent is one release or reclaim kept in the store's bounded audit log.
-type AuditEvent struct {
-	Time        time.Time  `json:"time"`
-	Action      string     `json:"action"` // release, gc, reclaim, manual-release, rebuild, import
-	Reason      string     `json:"reason,omitempty"`
-	IP          netip.Addr `json:"ip,omitzero"`
-	ContainerID string     `json:"containerID,omitempty"`
-	IfName      string     `json:"ifName,omitempty"`
-	Pod         string     `json:"pod,omitempty"`
-	By          string     `json:"by,omitempty"` // plugin, hostlease-gc, operator
-}
-
 // Exhaustion counts ADDs that failed because a range set had no free address.
 // The plugin writes it; the daemon exports it and sweeps at once when it grows.
 type Exhaustion struct {
 	Count    uint64    `json:"count"`
 	Last     time.Time `json:"last"`
 	RangeSet string    `json:"rangeSet"` // the range set as host-local prints it
+}
+
+// SourceHostLocal is Record.Source for a record imported from host-local.
+const SourceHostLocal = "host-local"
+
+// SameAllocation reports whether a and b are the same allocation: the same
+// address, reserved for the same attachment (container ID and ifname) at the
+// same instant. These fields never change during an allocation's life; every
+// other field does (state, commit time, pod details a later ADD fills in, the
+// daemon's observation), so a writer that read a record earlier and wants to
+// change or free it checks this against the record as it is now: false means
+// the address was released and reserved again (perhaps by the same
+// attachment) since, and the earlier read must not be acted on.
+func SameAllocation(a, b *Record) bool {
+	return a.IP == b.IP && a.ContainerID == b.ContainerID && a.IfName == b.IfName && a.Created.Equal(b.Created)
 }

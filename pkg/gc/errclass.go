@@ -3,7 +3,7 @@ package gc
 import (
 	"errors"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Store error classes, the values of hostlease_store_errors_total{class}.
@@ -28,11 +28,11 @@ func ErrorClass(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case allocator.IsEnvironmentError(err):
+	case store.IsEnvironmentError(err):
 		return ClassEnvironment
-	case errors.Is(err, allocator.ErrStoreUnreadable):
+	case errors.Is(err, store.ErrUnreadable):
 		return ClassUnreadable
-	case errors.Is(err, allocator.ErrStorePageDamaged):
+	case errors.Is(err, store.ErrPageDamaged):
 		return ClassDamagedPage
 	}
 	return ClassOther
@@ -40,10 +40,10 @@ func ErrorClass(err error) string {
 
 // errnoOf is the symbolic errno an environment error carries ("EROFS"), or "".
 func errnoOf(err error) string {
-	var ioe *allocator.StoreIOError
+	var ioe *store.IOError
 	if errors.As(err, &ioe) {
 		if e := ioe.Errno(); e != 0 {
-			return allocator.ErrnoName(e)
+			return store.ErrnoName(e)
 		}
 	}
 	return ""

@@ -6,14 +6,14 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Only damage leads to set-aside and rebuild; an errno of the system never
 // does, whatever else the error says.
 func TestErrorClass(t *testing.T) {
 	ioErr := func(errno syscall.Errno) error {
-		return &allocator.StoreIOError{Op: "open", Path: "/d/net.db", Err: errno}
+		return &store.IOError{Op: "open", Path: "/d/net.db", Err: errno}
 	}
 	cases := []struct {
 		name  string
@@ -30,9 +30,9 @@ func TestErrorClass(t *testing.T) {
 		{"I/O error", ioErr(syscall.EIO), ClassEnvironment, "EIO"},
 		{"full", ioErr(syscall.ENOSPC), ClassEnvironment, "ENOSPC"},
 		{"symlink", ioErr(syscall.ELOOP), ClassEnvironment, "ELOOP"},
-		{"environment wrapped with unreadable too", fmt.Errorf("%w: %w", allocator.ErrStoreUnreadable, ioErr(syscall.EIO)), ClassEnvironment, "EIO"},
-		{"unreadable", fmt.Errorf("%w: x.db is empty", allocator.ErrStoreUnreadable), ClassUnreadable, ""},
-		{"damaged page", fmt.Errorf("%w: page 7", allocator.ErrStorePageDamaged), ClassDamagedPage, ""},
+		{"environment wrapped with unreadable too", fmt.Errorf("%w: %w", store.ErrUnreadable, ioErr(syscall.EIO)), ClassEnvironment, "EIO"},
+		{"unreadable", fmt.Errorf("%w: x.db is empty", store.ErrUnreadable), ClassUnreadable, ""},
+		{"damaged page", fmt.Errorf("%w: page 7", store.ErrPageDamaged), ClassDamagedPage, ""},
 		{"something else", errors.New("lock timeout"), ClassOther, ""},
 	}
 	for _, tc := range cases {

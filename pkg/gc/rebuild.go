@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // RebuildStore replaces the store at path with one rebuilt from the runtime
@@ -127,11 +128,11 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 	}
 	tmp := path + ".rebuild"
 	_ = os.Remove(tmp)
-	st, err := allocator.Open(tmp, allocator.OpenOptions{Create: true, LockTimeout: storeLockTimeout})
+	st, err := store.Open(tmp, store.OpenOptions{Create: true, LockTimeout: storeLockTimeout})
 	if err != nil {
 		return "", 0, err
 	}
-	err = st.Update(func(tx *allocator.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		if err := tx.SetNetwork(network); err != nil {
 			return err
 		}
@@ -257,16 +258,16 @@ const maxProbe = 1 << 16
 // unless the taken bitmap, read apart, says they were free.
 func salvage(path string) salvaged {
 	var out salvaged
-	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: storeLockTimeout})
+	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: storeLockTimeout})
 	if err != nil {
 		return out
 	}
 	defer st.Close()
-	_ = st.View(func(tx *allocator.Tx) error {
+	_ = st.View(func(tx *store.Tx) error {
 		out.sets, _ = tx.RangeSets()
 		return nil
 	})
-	walked := st.View(func(tx *allocator.Tx) error {
+	walked := st.View(func(tx *store.Tx) error {
 		out.damaged = tx.DamagedRecords()
 		return tx.ForEach(func(r *allocator.Record) error {
 			cp := *r
@@ -274,7 +275,7 @@ func salvage(path string) salvaged {
 			return nil
 		})
 	})
-	if walked == nil || !errors.Is(walked, allocator.ErrStorePageDamaged) {
+	if walked == nil || !errors.Is(walked, store.ErrPageDamaged) {
 		return out
 	}
 	seen := make(map[netip.Addr]bool, len(out.records)+len(out.damaged))
@@ -294,7 +295,7 @@ func salvage(path string) salvaged {
 				}
 				var rec *allocator.Record
 				var dmg *allocator.DamagedRecord
-				if err := st.View(func(tx *allocator.Tx) error {
+				if err := st.View(func(tx *store.Tx) error {
 					rec, dmg = tx.Lookup(ip)
 					return nil
 				}); err != nil {
@@ -302,7 +303,7 @@ func salvage(path string) salvaged {
 					// lives on other pages: where it still reads, it tells
 					// which of these addresses were held.
 					taken := true
-					if st.View(func(tx *allocator.Tx) error {
+					if st.View(func(tx *store.Tx) error {
 						taken = tx.Taken(ip)
 						return nil
 					}) != nil {

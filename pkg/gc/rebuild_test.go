@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // damageRecord overwrites the stored value of ip's record with bytes that do
@@ -107,7 +108,7 @@ func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 		}
 	}
 	e.alloc("sb-live", t0.Add(-time.Hour)) // creates the store
-	e.update(func(tx *allocator.Tx) error {
+	e.update(func(tx *store.Tx) error {
 		_, err := allocator.ImportHostLocal(tx, hl, testNet, testRanges, t0.Add(-time.Hour))
 		return err
 	})
@@ -168,7 +169,7 @@ func TestSweepRepairsLostIndex(t *testing.T) {
 		t.Fatalf("DEL after the repair left %v", keys(e.records()))
 	}
 	var ok bool
-	e.view(func(tx *allocator.Tx) error { ok = !tx.VerifyIndexes().Changed(); return nil })
+	e.view(func(tx *store.Tx) error { ok = !tx.VerifyIndexes().Changed(); return nil })
 	if !ok {
 		t.Fatal("indexes still disagree with the records")
 	}

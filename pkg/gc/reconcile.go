@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Use is an address a READY sandbox uses, as PodSandboxStatus reports it.
@@ -143,7 +144,7 @@ func (s *Sweeper) sandboxUses(ctx context.Context, view CRIView, sandboxes []CRI
 // same sweep (a reclaim must not free an address a READY sandbox uses). Under
 // the store's lock each address is looked at again: held by its user since,
 // or by an owner other than the one judged, it is left for the next sweep.
-func applyReReserves(tx *allocator.Tx, network string, sets []allocator.StoredRangeSet, rrs []ReReserve, now time.Time) ([]ReReserve, error) {
+func applyReReserves(tx *store.Tx, network string, sets []allocator.StoredRangeSet, rrs []ReReserve, now time.Time) ([]ReReserve, error) {
 	var done []ReReserve
 	for _, rr := range rrs {
 		if rr.Conflict {

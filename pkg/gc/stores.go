@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/pool"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // storeLockTimeout is how long the daemon waits for a store a plugin holds. It
@@ -56,11 +58,11 @@ type Snapshot struct {
 	// ADD rewrites them): the sweep carries on without pool sizes.
 	RangeSetsErr error
 	RangeSets    []allocator.StoredRangeSet
-	Usage        []allocator.PoolUsage
+	Usage        []pool.Usage
 	Exhaustions  map[int]allocator.Exhaustion
 	// seen[i] is Records[i] with the bytes it was decoded from, so that a
 	// write can tell without decoding that the record is unchanged since.
-	seen []allocator.Seen
+	seen []store.Seen
 }
 
 // PoolSize is the number of allocatable addresses over all range sets (at least
@@ -87,9 +89,9 @@ func ReadSnapshot(path string) (*Snapshot, error) { return readSnapshot(path, ni
 // sweeps (nil: decode everything). Records are decoded only once the store is
 // closed: a plugin waiting for the store's lock waits for a walk over the
 // records and a copy of those that changed, never for decoding.
-func readSnapshot(path string, cache *allocator.RecordCache, verify bool) (*Snapshot, error) {
+func readSnapshot(path string, cache *store.RecordCache, verify bool) (*Snapshot, error) {
 	if cache == nil {
-		cache = &allocator.RecordCache{}
+		cache = &store.RecordCache{}
 	}
 	snap, scan, err := scanStore(path, cache, verify)
 	if err != nil {
@@ -116,15 +118,15 @@ func readSnapshot(path string, cache *allocator.RecordCache, verify bool) (*Snap
 // counters. The store is closed when it returns. On an error in the
 // transaction the snapshot holds what was read before it (the range sets let
 // a rebuild keep only the network's addresses).
-func scanStore(path string, cache *allocator.RecordCache, verify bool) (*Snapshot, *allocator.RecordScan, error) {
-	s, err := allocator.Open(path, allocator.OpenOptions{LockTimeout: storeLockTimeout, ReadOnly: true})
+func scanStore(path string, cache *store.RecordCache, verify bool) (*Snapshot, *store.RecordScan, error) {
+	s, err := store.Open(path, store.OpenOptions{LockTimeout: storeLockTimeout, ReadOnly: true})
 	if err != nil {
 		return nil, nil, err
 	}
 	defer s.Close()
 	snap := &Snapshot{}
-	var scan *allocator.RecordScan
-	err = s.View(func(tx *allocator.Tx) error {
+	var scan *store.RecordScan
+	err = s.View(func(tx *store.Tx) error {
 		snap.Network = tx.Network()
 		if verify {
 			// The derived indexes against the records (decodes every
@@ -139,7 +141,7 @@ func scanStore(path string, cache *allocator.RecordCache, verify bool) (*Snapsho
 			}
 			snap.RangeSets, snap.RangeSetsErr = nil, err
 		}
-		snap.Usage = allocator.Usage(tx, snap.RangeSets)
+		snap.Usage = pool.Measure(tx, snap.RangeSets)
 		snap.Exhaustions, err = tx.Exhaustions()
 		return err
 	})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Sweeper reconciles every store under the data dir with CRI. It keeps no store
@@ -42,7 +43,7 @@ type Sweeper struct {
 	dryObs map[string]map[obsKey]allocator.Observation
 	// decoded keeps each store's records (by path) as decoded last sweep, so a sweep
 	// decodes only the records that changed since.
-	decoded map[string]*allocator.RecordCache
+	decoded map[string]*store.RecordCache
 	// infoWrites overrides MaxInfoWrites (tests).
 	infoWrites int
 	// bootErr is the last boot-time error logged, to log a new one once.
@@ -153,7 +154,7 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	if !s.Opts.DryRun {
 		// A plugin killed during a network's first use leaves its temporary
 		// store behind; nothing else removes it.
-		if removed, err := allocator.CleanStaleTemp(s.Opts.DataDir, allocator.StaleTempAge, time.Now()); len(removed) > 0 || err != nil {
+		if removed, err := store.CleanStaleTemp(s.Opts.DataDir, store.StaleTempAge, time.Now()); len(removed) > 0 || err != nil {
 			s.Log.Info("removed stale temporary store files", "files", removed, "error", err)
 		}
 	}
@@ -173,7 +174,7 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 		nr := &NetworkReport{Network: f.Network, Path: f.Path}
 		rep.Networks = append(rep.Networks, nr)
 		nr.Snapshot, nr.Err = readSnapshot(f.Path, s.decodeCache(f.Path), verify)
-		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && allocator.StorePath(filepath.Dir(f.Path), n.Network) == f.Path {
+		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && store.FilePath(filepath.Dir(f.Path), n.Network) == f.Path {
 			// A name too long for a file name: the file's is shortened.
 			// (A copy of another network's store keeps its file's name.)
 			nr.Network = n.Network
@@ -344,13 +345,13 @@ func (s *Sweeper) keepDryObs(nets []*NetworkReport) {
 	}
 }
 
-func (s *Sweeper) decodeCache(path string) *allocator.RecordCache {
+func (s *Sweeper) decodeCache(path string) *store.RecordCache {
 	if s.decoded == nil {
-		s.decoded = map[string]*allocator.RecordCache{}
+		s.decoded = map[string]*store.RecordCache{}
 	}
 	c := s.decoded[path]
 	if c == nil {
-		c = &allocator.RecordCache{}
+		c = &store.RecordCache{}
 		s.decoded[path] = c
 	}
 	return c
@@ -489,17 +490,17 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 		// plugin calls would wait behind.
 		return nil
 	}
-	st, err := allocator.Open(nr.Path, allocator.OpenOptions{LockTimeout: storeLockTimeout})
+	st, err := store.Open(nr.Path, store.OpenOptions{LockTimeout: storeLockTimeout})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	var reclaimed []*allocator.Record
-	var stored []allocator.Rewrite
+	var stored []store.Rewrite
 	var rereserved, hlReleased = []ReReserve(nil), []*allocator.Record(nil)
 	var repair allocator.IndexRepair
 	committed := 0
-	err = st.Update(func(tx *allocator.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		reclaimed, stored, committed = nil, stored[:0], 0
 		var err error
 		if nr.Snapshot.Indexes.Changed() {
@@ -578,7 +579,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 type plannedWrite struct {
 	d        *Decision
 	seen     int // index of the record in the snapshot
-	rewrite  allocator.Rewrite
+	rewrite  store.Rewrite
 	prepared bool
 }
 
@@ -606,7 +607,7 @@ func planWrites(snap *Snapshot, v NetworkVerdict, maxInfo int, now time.Time) []
 				next.State, next.Committed = allocator.StateCommitted, now
 			}
 			var err error
-			w.rewrite, err = allocator.PrepareRewrite(snap.seen[i], &next)
+			w.rewrite, err = store.PrepareRewrite(snap.seen[i], &next)
 			w.prepared = err == nil
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // sweepBenchRecords is the size of the benchmarked store: the target
@@ -42,12 +43,12 @@ func newSweepBench(b *testing.B) *sweepBench {
 		Subnet: netip.MustParsePrefix("10.0.0.0/16"), Start: netip.MustParseAddr("10.0.0.2"),
 		End: netip.MustParseAddr("10.0.255.254"), Gateway: netip.MustParseAddr("10.0.0.1"),
 	}}}}
-	st, err := allocator.Open(allocator.StorePath(sb.dir, "bench"), allocator.OpenOptions{Create: true})
+	st, err := store.Open(store.FilePath(sb.dir, "bench"), store.OpenOptions{Create: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ip := netip.MustParseAddr("10.0.0.2")
-	if err := st.Update(func(tx *allocator.Tx) error {
+	if err := st.Update(func(tx *store.Tx) error {
 		if err := tx.SetNetwork("bench"); err != nil {
 			return err
 		}
@@ -118,7 +119,7 @@ func BenchmarkSweep10k(b *testing.B) {
 	for range max(s.Opts.Misses, (sweepBenchRecords/2+MaxInfoWrites-1)/MaxInfoWrites) + 1 {
 		sb.sweep(b, s)
 	}
-	path := allocator.StorePath(sb.dir, "bench")
+	path := store.FilePath(sb.dir, "bench")
 	before, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
@@ -140,7 +141,7 @@ func BenchmarkSweep10k(b *testing.B) {
 // the store as written, made durable before the timer runs.
 func BenchmarkSweep10kCold(b *testing.B) {
 	sb := newSweepBench(b)
-	path := allocator.StorePath(sb.dir, "bench")
+	path := store.FilePath(sb.dir, "bench")
 	fresh, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
@@ -166,12 +167,12 @@ func BenchmarkSweep10kCold(b *testing.B) {
 	// the first observation of at most MaxInfoWrites listed records (it only
 	// tells a person the sandbox is READY: later sweeps write the rest).
 	sb.sweep(b, sb.sweeper())
-	st, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true})
+	st, err := store.Open(path, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	missed, ready := 0, 0
-	err = st.View(func(tx *allocator.Tx) error {
+	err = st.View(func(tx *store.Tx) error {
 		return tx.ForEach(func(r *allocator.Record) error {
 			switch {
 			case r.Obs.Misses == 1 && r.Obs.SandboxState == SandboxAbsent:
@@ -211,7 +212,7 @@ func BenchmarkSweep10kReadLock(b *testing.B) {
 	for range max(s.Opts.Misses, (sweepBenchRecords/2+MaxInfoWrites-1)/MaxInfoWrites) + 1 {
 		sb.sweep(b, s)
 	}
-	path := allocator.StorePath(sb.dir, "bench")
+	path := store.FilePath(sb.dir, "bench")
 	cache := s.decodeCache("bench")
 	for b.Loop() {
 		_, scan, err := scanStore(path, cache, false)

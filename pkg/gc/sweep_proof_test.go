@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // touchNetns creates a netns file under the env's --netns-dir.
@@ -148,7 +149,7 @@ func TestSweepRebootEmptyRuntime(t *testing.T) {
 			for i := range 5 {
 				e.alloc(fmt.Sprintf("old-%d", i), boot.Add(-time.Hour))
 			}
-			e.update(func(tx *allocator.Tx) error {
+			e.update(func(tx *store.Tx) error {
 				return tx.ForEach(func(r *allocator.Record) error {
 					r.State = allocator.StateCommitted
 					return tx.Put(r)
@@ -157,7 +158,7 @@ func TestSweepRebootEmptyRuntime(t *testing.T) {
 			if sinceBoot {
 				id := "new"
 				e.alloc(id, boot.Add(time.Minute))
-				e.update(func(tx *allocator.Tx) error { _, err := allocator.Commit(tx, id, "eth0", t0); return err })
+				e.update(func(tx *store.Tx) error { _, err := allocator.MarkCommitted(tx, id, "eth0", t0); return err })
 			}
 			rep := e.sweepAt(t0)
 			nr := e.net(rep)
@@ -210,15 +211,15 @@ func TestSweepWrongSocketReclaimsNothing(t *testing.T) {
 func TestSweepNamesLongNetworkByItsStore(t *testing.T) {
 	e := newSweepEnv(t)
 	long := strings.Repeat("n", 253)
-	path := allocator.StorePath(e.dir, long)
+	path := store.FilePath(e.dir, long)
 	if filepath.Base(path) == long+".db" {
 		t.Fatalf("StorePath did not shorten a %d-byte name", len(long))
 	}
-	st, err := allocator.Open(path, allocator.OpenOptions{Create: true, LockTimeout: time.Second})
+	st, err := store.Open(path, store.OpenOptions{Create: true, LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Update(func(tx *allocator.Tx) error {
+	if err := st.Update(func(tx *store.Tx) error {
 		_, cerr := allocator.Allocate(tx, allocator.AllocateRequest{Network: long, RangeSets: e.ranges,
 			Owner: allocator.Owner{ContainerID: "sb-1", IfName: "eth0"}, Now: t0})
 		if cerr != nil {

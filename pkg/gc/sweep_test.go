@@ -30,6 +30,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // fakeCRI is an in-process runtime: a sandbox list the test edits, and a hook
@@ -150,7 +151,7 @@ func newSweepEnv(t *testing.T, mods ...func(*Options)) *sweepEnv {
 	for _, m := range mods {
 		m(o)
 	}
-	e := &sweepEnv{t: t, dir: dir, path: allocator.StorePath(dir, testNet), netns: netns, ranges: testRanges,
+	e := &sweepEnv{t: t, dir: dir, path: store.FilePath(dir, testNet), netns: netns, ranges: testRanges,
 		cri: newFakeCRI(), client: fake.NewClientset(), reg: prometheus.NewRegistry(), now: t0, logs: &bytes.Buffer{}}
 	// The fake object tracker ignores generateName; the API server fills it in.
 	var seq atomic.Int64
@@ -189,14 +190,14 @@ func (e *sweepEnv) alloc(id string, at time.Time, requested ...netip.Addr) *allo
 
 func (e *sweepEnv) tryAlloc(owner allocator.Owner, at time.Time, requested ...netip.Addr) ([]*allocator.Record, *types.Error) {
 	e.t.Helper()
-	st, err := allocator.Open(e.path, allocator.OpenOptions{Create: true, LockTimeout: time.Second})
+	st, err := store.Open(e.path, store.OpenOptions{Create: true, LockTimeout: time.Second})
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
 	}
 	defer st.Close()
 	var recs []*allocator.Record
 	var cerr *types.Error
-	if err := st.Update(func(tx *allocator.Tx) error {
+	if err := st.Update(func(tx *store.Tx) error {
 		recs, cerr = allocator.Allocate(tx, allocator.AllocateRequest{Network: testNet, RangeSets: e.ranges, Owner: owner, Requested: requested, Now: at})
 		return nil // the plugin commits failures too (round-robin point, exhaustion count)
 	}); err != nil {
@@ -208,15 +209,15 @@ func (e *sweepEnv) tryAlloc(owner allocator.Owner, at time.Time, requested ...ne
 // release is a plugin DEL.
 func (e *sweepEnv) release(id string, at time.Time) {
 	e.t.Helper()
-	e.update(func(tx *allocator.Tx) error {
-		_, err := allocator.Release(tx, id, "eth0", "CNI DEL", "plugin", at)
+	e.update(func(tx *store.Tx) error {
+		_, err := allocator.Release(tx, id, "eth0", allocator.Why{Reason: "CNI DEL", By: "plugin"}, at)
 		return err
 	})
 }
 
-func (e *sweepEnv) update(fn func(*allocator.Tx) error) {
+func (e *sweepEnv) update(fn func(*store.Tx) error) {
 	e.t.Helper()
-	st, err := allocator.Open(e.path, allocator.OpenOptions{LockTimeout: time.Second})
+	st, err := store.Open(e.path, store.OpenOptions{LockTimeout: time.Second})
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
 	}
@@ -226,9 +227,9 @@ func (e *sweepEnv) update(fn func(*allocator.Tx) error) {
 	}
 }
 
-func (e *sweepEnv) view(fn func(*allocator.Tx) error) {
+func (e *sweepEnv) view(fn func(*store.Tx) error) {
 	e.t.Helper()
-	st, err := allocator.Open(e.path, allocator.OpenOptions{LockTimeout: time.Second, ReadOnly: true})
+	st, err := store.Open(e.path, store.OpenOptions{LockTimeout: time.Second, ReadOnly: true})
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
 	}
@@ -242,7 +243,7 @@ func (e *sweepEnv) view(fn func(*allocator.Tx) error) {
 func (e *sweepEnv) records() map[netip.Addr]*allocator.Record {
 	e.t.Helper()
 	out := map[netip.Addr]*allocator.Record{}
-	e.view(func(tx *allocator.Tx) error {
+	e.view(func(tx *store.Tx) error {
 		return tx.ForEach(func(r *allocator.Record) error { out[r.IP] = r; return nil })
 	})
 	return out
@@ -251,7 +252,7 @@ func (e *sweepEnv) records() map[netip.Addr]*allocator.Record {
 func (e *sweepEnv) audit() []allocator.AuditEvent {
 	e.t.Helper()
 	var out []allocator.AuditEvent
-	e.view(func(tx *allocator.Tx) error {
+	e.view(func(tx *store.Tx) error {
 		var err error
 		out, err = tx.AuditLog(1000)
 		return err
@@ -683,7 +684,7 @@ func TestSweepLeavesReallocatedAddress(t *testing.T) {
 			e := newSweepEnv(t)
 			old := e.alloc("sb-old", t0.Add(-time.Hour))
 			// Due at the next sweep: two misses over five minutes already.
-			e.update(func(tx *allocator.Tx) error {
+			e.update(func(tx *store.Tx) error {
 				r, _ := tx.Get(old.IP)
 				r.Obs = allocator.Observation{Misses: 2, FirstMissed: t0.Add(-5 * time.Minute), SandboxState: SandboxAbsent}
 				return tx.Put(r)
@@ -775,7 +776,7 @@ func TestSweepDryRunChangesNothing(t *testing.T) {
 	pend := e.alloc("sb-ready", created)
 	e.cri.set("sb-ready", SandboxReady, pend.IP)
 	// A second network whose store is unreadable.
-	badPath := allocator.StorePath(e.dir, "broken")
+	badPath := store.FilePath(e.dir, "broken")
 	if err := os.WriteFile(badPath, bytes.Repeat([]byte("garbage!"), 2048), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -947,7 +948,7 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 		}
 		e.cri.setListErr(errors.New("unavailable"))
 		rep := e.sweepAt(t0.Add(time.Minute))
-		if nr := e.net(rep); nr.Rebuilt != "" || !errors.Is(nr.Err, allocator.ErrStoreUnreadable) {
+		if nr := e.net(rep); nr.Rebuilt != "" || !errors.Is(nr.Err, store.ErrUnreadable) {
 			t.Fatalf("rebuilt=%q err=%v, want left unreadable", nr.Rebuilt, nr.Err)
 		}
 		if matches, _ := filepath.Glob(e.path + ".corrupt-*"); len(matches) != 0 {
@@ -1042,8 +1043,8 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 	}
 
 	// Sweep results: a store that cannot be decoded is a store error.
-	bad := allocator.StorePath(e.dir, "other")
-	st, err := allocator.Open(bad, allocator.OpenOptions{Create: true})
+	bad := store.FilePath(e.dir, "other")
+	st, err := store.Open(bad, store.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1071,7 +1072,7 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 	// An environment error (a symlink in place of a store: ELOOP) is a store
 	// error, counted with its errno; the store is neither set aside nor
 	// rebuilt, and nothing is created at the link's target.
-	link := allocator.StorePath(e.dir, "envfail")
+	link := store.FilePath(e.dir, "envfail")
 	target := filepath.Join(t.TempDir(), "target.db")
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
@@ -1204,12 +1205,12 @@ func TestSweepForgetsRemovedNetwork(t *testing.T) {
 	e := newSweepEnv(t)
 	r := e.alloc("sb-a", t0.Add(-time.Hour))
 	e.cri.set("sb-a", SandboxReady, r.IP)
-	other := allocator.StorePath(e.dir, "gone")
-	st, err := allocator.Open(other, allocator.OpenOptions{Create: true})
+	other := store.FilePath(e.dir, "gone")
+	st, err := store.Open(other, store.OpenOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Update(func(tx *allocator.Tx) error {
+	if err := st.Update(func(tx *store.Tx) error {
 		if err := tx.SetRangeSets(testRanges); err != nil {
 			return err
 		}
@@ -1360,7 +1361,7 @@ func TestSweepCacheDecidesAsANewDaemon(t *testing.T) {
 		case 4:
 			e.cri.set("sb-young", SandboxReady, young.IP) // back again
 			// and a plugin touches a record
-			e.update(func(tx *allocator.Tx) error {
+			e.update(func(tx *store.Tx) error {
 				r, _ := tx.Get(live.IP)
 				r.Netns = "/var/run/netns/moved"
 				return tx.Put(r)

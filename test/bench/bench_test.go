@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 var (
@@ -162,7 +162,7 @@ func run(b *testing.B) error {
 		}
 		for _, n := range nets {
 			_ = os.RemoveAll(filepath.Join(n.dataDir, n.name))
-			_ = os.Remove(allocator.StorePath(n.dataDir, n.name))
+			_ = os.Remove(store.FilePath(n.dataDir, n.name))
 		}
 	}
 
@@ -293,13 +293,13 @@ func verifyHeld(nets []*network, want int) error {
 			return fmt.Errorf("host-local holds %d addresses after the measurement, want %d", n, want)
 		}
 	}
-	s, err := allocator.Open(allocator.StorePath(nets[2].dataDir, nets[2].name), allocator.OpenOptions{ReadOnly: true})
+	s, err := store.Open(store.FilePath(nets[2].dataDir, nets[2].name), store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	var n int
-	if err := s.View(func(tx *allocator.Tx) error { n = tx.Count(); return nil }); err != nil {
+	if err := s.View(func(tx *store.Tx) error { n = tx.Count(); return nil }); err != nil {
 		return err
 	}
 	if n != want {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // Opening an initialised store read-write must not write it: every plugin
@@ -16,9 +17,9 @@ import (
 // code path, not a timing.)
 func TestOpenInitialisedStoreWritesNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "net.db")
-	open := func() *allocator.Store {
+	open := func() *store.Store {
 		t.Helper()
-		s, err := allocator.Open(path, allocator.OpenOptions{Create: true, LockTimeout: 5 * time.Second})
+		s, err := store.Open(path, store.OpenOptions{Create: true, LockTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +30,7 @@ func TestOpenInitialisedStoreWritesNothing(t *testing.T) {
 		Subnet: netip.MustParsePrefix("10.0.0.0/24"), Start: netip.MustParseAddr("10.0.0.2"),
 		End: netip.MustParseAddr("10.0.0.254"), Gateway: netip.MustParseAddr("10.0.0.1"),
 	}}}
-	err := s.Update(func(tx *allocator.Tx) error {
+	err := s.Update(func(tx *store.Tx) error {
 		_, cerr := allocator.Allocate(tx, allocator.AllocateRequest{
 			Network: "net", RangeSets: []allocator.StoredRangeSet{set},
 			Owner: allocator.Owner{ContainerID: "c1", IfName: "eth0"}, Now: time.Now(),
@@ -51,7 +52,7 @@ func TestOpenInitialisedStoreWritesNothing(t *testing.T) {
 	}
 	s = open()
 	var n int
-	if err := s.View(func(tx *allocator.Tx) error { n = tx.Count(); return nil }); err != nil {
+	if err := s.View(func(tx *store.Tx) error { n = tx.Count(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -86,13 +87,13 @@ func TestHostLocalStateFormat(t *testing.T) {
 	if want := containerID("fill-000002") + "\r\neth0"; string(b) != want {
 		t.Fatalf("reservation file holds %q, want %q", b, want)
 	}
-	s, err := allocator.Open(filepath.Join(dir, "store.db"), allocator.OpenOptions{Create: true, LockTimeout: 5 * time.Second})
+	s, err := store.Open(filepath.Join(dir, "store.db"), store.OpenOptions{Create: true, LockTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	err = s.Update(func(tx *allocator.Tx) error {
-		n, err := tx.MigrateOnce(filepath.Join(dir, "net"), "net", nil, time.Now())
+	err = s.Update(func(tx *store.Tx) error {
+		n, err := allocator.MigrateOnce(tx, filepath.Join(dir, "net"), "net", nil, time.Now())
 		if err != nil {
 			return err
 		}

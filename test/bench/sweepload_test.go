@@ -25,7 +25,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/fakecri"
 	"github.com/hostlease/hostlease/internal/promtext"
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 var (
@@ -219,13 +219,13 @@ func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepL
 	}
 
 	// Every timed ADD was undone by its DEL, and the daemon reclaimed nothing.
-	s, err := allocator.Open(allocator.StorePath(dataDir, n.name), allocator.OpenOptions{ReadOnly: true})
+	s, err := store.Open(store.FilePath(dataDir, n.name), store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
 	var held int
-	if err := s.View(func(tx *allocator.Tx) error { held = tx.Count(); return nil }); err != nil {
+	if err := s.View(func(tx *store.Tx) error { held = tx.Count(); return nil }); err != nil {
 		return nil, err
 	}
 	if held != res.records {

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 var binDir string
@@ -237,7 +238,7 @@ func hostLocalState(t *testing.T, dir string) (map[string]string, map[int]string
 func hostLeaseState(t *testing.T, dir, network string, sets int) (map[string]string, map[int]string) {
 	t.Helper()
 	held, last := map[string]string{}, map[int]string{}
-	s, err := allocator.Open(allocator.StorePath(dir, network), allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	s, err := store.Open(store.FilePath(dir, network), store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if os.IsNotExist(err) {
 		return held, last
 	}
@@ -245,7 +246,7 @@ func hostLeaseState(t *testing.T, dir, network string, sets int) (map[string]str
 		t.Fatal(err)
 	}
 	defer s.Close()
-	err = s.View(func(tx *allocator.Tx) error {
+	err = s.View(func(tx *store.Tx) error {
 		for i := range sets {
 			if ip, ok := tx.LastReserved(i); ok {
 				last[i] = ip.String()

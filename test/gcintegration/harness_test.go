@@ -30,6 +30,7 @@ import (
 	"github.com/hostlease/hostlease/internal/promtext"
 	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 var binDir string
@@ -100,7 +101,7 @@ func newNode(t *testing.T, size int) *node {
 // lockTimeout is the plugin's ipam.lockTimeout in these tests.
 const lockTimeout = 5 * time.Second
 
-func (n *node) storePath() string { return allocator.StorePath(n.dataDir, network) }
+func (n *node) storePath() string { return store.FilePath(n.dataDir, network) }
 
 func (n *node) netns(id string) string { return filepath.Join(n.netnsDir, "cni-"+id) }
 
@@ -254,13 +255,13 @@ func (n *node) pool() poolRow {
 // audit reads the store's audit log.
 func (n *node) audit() []allocator.AuditEvent {
 	n.t.Helper()
-	st, err := allocator.Open(n.storePath(), allocator.OpenOptions{ReadOnly: true, LockTimeout: lockTimeout})
+	st, err := store.Open(n.storePath(), store.OpenOptions{ReadOnly: true, LockTimeout: lockTimeout})
 	if err != nil {
 		n.t.Fatalf("opening store for its audit log: %v", err)
 	}
 	defer st.Close()
 	var evs []allocator.AuditEvent
-	if err := st.View(func(tx *allocator.Tx) (err error) {
+	if err := st.View(func(tx *store.Tx) (err error) {
 		evs, err = tx.AuditLog(10000)
 		return err
 	}); err != nil {

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // holding is one container's hold on one address, timed from outside the
@@ -299,14 +300,14 @@ func storm(t *testing.T, network string, workers, calls int, subnets []string) {
 	errs.report(t, "failed calls (exhaustion cannot happen here: any error is a failure)")
 	// bbolt alone polls its lock every 50ms and let calls wait 9.7s here,
 	// a hair under the 10s default lockTimeout (spurious error 11).
-	if m := lat.max(); m > allocator.DefaultLockTimeout/2 {
-		t.Errorf("a call took %v: lock waits come close to the %v lockTimeout", m, allocator.DefaultLockTimeout)
+	if m := lat.max(); m > netconf.DefaultLockTimeout/2 {
+		t.Errorf("a call took %v: lock waits come close to the %v lockTimeout", m, netconf.DefaultLockTimeout)
 	}
 	if n < calls {
 		t.Errorf("only %d of %d calls completed", n, calls)
 	}
 
-	path := allocator.StorePath(dir, network)
+	path := store.FilePath(dir, network)
 	snap := readStore(t, path)
 	checkIntegrity(t, snap)
 	if snap.Count != 0 || len(snap.Records) != 0 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // How a killer picks the moment to SIGKILL a plugin process.
@@ -229,7 +230,7 @@ func newCrashBook() *crashBook {
 //     and those left some containers with the old state and some with the new;
 //
 // and that afterwards:
-//   - the store opens (allocator.Open) and every record decodes (ForEach);
+//   - the store opens (store.Open) and every record decodes (ForEach);
 //     bbolt's page-level check is clean;
 //   - the owners index and the allocs agree both ways; no address has two owners;
 //   - every container whose ADD printed a result and was not deleted holds
@@ -266,7 +267,7 @@ func crashRun(t *testing.T, network string, killDel bool) {
 	)
 	dir := t.TempDir()
 	conf := ipamConf(t, network, dir, subnet)
-	path := allocator.StorePath(dir, network)
+	path := store.FilePath(dir, network)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

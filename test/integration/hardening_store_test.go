@@ -24,6 +24,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // hardNet is a store of n containers c000.. made by real ADDs on 10.81.0.0/24.
@@ -42,7 +43,7 @@ func newHardNet(t *testing.T, network string, n int) *hardNet {
 	t.Cleanup(cancel)
 	h := &hardNet{ctx: ctx, network: network, dir: t.TempDir(), ips: map[string]netip.Addr{}}
 	h.conf = ipamConf(t, network, h.dir, "10.81.0.0/24")
-	h.path = allocator.StorePath(h.dir, network)
+	h.path = store.FilePath(h.dir, network)
 	for i := range n {
 		id := fmt.Sprintf("c%03d", i)
 		h.ips[id] = h.mustAdd(t, id)
@@ -103,13 +104,13 @@ type lenientSnap struct {
 // readStoreLenient reads a store that may hold damaged records.
 func readStoreLenient(t *testing.T, path string) lenientSnap {
 	t.Helper()
-	s, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	s, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("open %s: %v", path, err)
 	}
 	defer s.Close()
 	var snap lenientSnap
-	if err := s.View(func(tx *allocator.Tx) error {
+	if err := s.View(func(tx *store.Tx) error {
 		snap.damaged = tx.DamagedRecords()
 		if err := tx.ForEach(func(r *allocator.Record) error { snap.records = append(snap.records, r); return nil }); err != nil {
 			return err
@@ -398,7 +399,7 @@ func TestHardeningSymlinkStore(t *testing.T) {
 	network := "hlh-link"
 	conf := ipamConf(t, network, dir, "10.82.0.0/24")
 	target := filepath.Join(t.TempDir(), "elsewhere.db")
-	path := allocator.StorePath(dir, network)
+	path := store.FilePath(dir, network)
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func TestHardeningLongNetworkName(t *testing.T) {
 			if n <= 252 && entries[0].Name() != network+".db" {
 				t.Errorf("store file %s, want %s.db", entries[0].Name(), network)
 			}
-			if filepath.Join(dir, entries[0].Name()) != allocator.StorePath(dir, network) {
+			if filepath.Join(dir, entries[0].Name()) != store.FilePath(dir, network) {
 				t.Errorf("store file %s is not StorePath's", entries[0].Name())
 			}
 		})
@@ -478,7 +479,7 @@ func TestHardeningStaleTempFiles(t *testing.T) {
 		}
 	}
 	if _, err := os.Stat(young); err != nil {
-		t.Errorf("a temporary file younger than %s was removed: %v", allocator.StaleTempAge, err)
+		t.Errorf("a temporary file younger than %s was removed: %v", store.StaleTempAge, err)
 	}
 }
 
@@ -538,7 +539,7 @@ func TestHardeningHostLocalMigrationLeak(t *testing.T) {
 		}
 	}
 	add("new1") // the switch: imports podA, podB, podC
-	path := allocator.StorePath(dir, network)
+	path := store.FilePath(dir, network)
 	if n := len(readStoreLenient(t, path).records); n != 4 {
 		t.Fatalf("after the import the store holds %d records, want 4", n)
 	}
@@ -596,13 +597,13 @@ func TestHardeningZeroedLeafPage(t *testing.T) {
 	if !o.OK() && (o.Err == nil || o.Err.Code == 11 || strings.Contains(o.Err.Msg, "unreadable")) {
 		t.Errorf("ADD on a store with a damaged page: %v; want success or CNI 5 'store damaged', never 'unreadable' (the daemon would rebuild)", o)
 	}
-	s, err := allocator.Open(h.path, allocator.OpenOptions{ReadOnly: true})
+	s, err := store.Open(h.path, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("open (as the daemon does): %v", err)
 	}
-	err = s.View(func(tx *allocator.Tx) error { tx.ScanRecords(&allocator.RecordCache{}); return nil })
+	err = s.View(func(tx *store.Tx) error { tx.ScanRecords(&store.RecordCache{}); return nil })
 	s.Close()
-	if !errors.Is(err, allocator.ErrStorePageDamaged) || errors.Is(err, allocator.ErrStoreUnreadable) {
+	if !errors.Is(err, store.ErrPageDamaged) || errors.Is(err, store.ErrUnreadable) {
 		t.Errorf("the daemon's scan: %v; want ErrStorePageDamaged (not set aside)", err)
 	}
 }
@@ -630,7 +631,7 @@ func TestHardeningFullFilesystem(t *testing.T) {
 	}
 	c := call{Command: "ADD", ContainerID: "a", IfName: "eth0", Netns: "/x"}
 	o := wrapped(ctx, wrapper, c, conf)
-	path := allocator.StorePath(dir, "hlh-full")
+	path := store.FilePath(dir, "hlh-full")
 	if o.Err == nil || o.Err.Code != 5 || !strings.Contains(o.Err.Msg, "ENOSPC") || !strings.Contains(o.Err.Msg, path) || strings.Contains(o.Err.Msg, "unreadable") {
 		t.Errorf("ADD on a full file system: %v; want CNI 5 naming ENOSPC and %s", o, path)
 	} else {

@@ -22,6 +22,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // requireRoot skips tests that need network namespaces and interfaces.
@@ -210,7 +211,7 @@ func TestLibcniBridgeChain(t *testing.T) {
 	dataDir := t.TempDir()
 	network := "hlit-" + randHex(3)
 	bridge := "hlbr" + randHex(3)
-	path := allocator.StorePath(dataDir, network)
+	path := store.FilePath(dataDir, network)
 	list := conflist(t, network,
 		bridgePlugin(bridge, dataDir, "10.77.0.0/24", nil),
 		map[string]any{"type": "hostlease", "dataDir": dataDir})
@@ -383,7 +384,7 @@ func TestLibcniFailingChain(t *testing.T) {
 	network := "hlit-fail-" + randHex(3)
 	failAdd := filepath.Join(t.TempDir(), "fail-add")
 	failDel := filepath.Join(t.TempDir(), "fail-del")
-	path := allocator.StorePath(dataDir, network)
+	path := store.FilePath(dataDir, network)
 	list := conflist(t, network,
 		bridgePlugin("hlbr"+randHex(3), dataDir, "10.79.0.0/24", nil),
 		map[string]any{"type": "failplugin", "failAddFile": failAdd, "failDelFile": failDel})
@@ -463,7 +464,7 @@ func TestDelMissingState(t *testing.T) {
 				t.Fatalf("ADD: %v", o)
 			}
 		}
-		return dir, allocator.StorePath(dir, network), conf
+		return dir, store.FilePath(dir, network), conf
 	}
 
 	t.Run("unknown-container", func(t *testing.T) {

@@ -30,6 +30,7 @@ import (
 	"github.com/hostlease/hostlease/internal/cniexec"
 	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // binDir is the CNI bin dir holding every plugin the tests exec.
@@ -203,11 +204,11 @@ func readStore(t testing.TB, path string) snapshot {
 		t.Fatalf("store %s: %v", path, err)
 	}
 	snap.Size = fi.Size()
-	s, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	s, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if err != nil {
-		t.Fatalf("allocator.Open(%s, read-only): %v", path, err)
+		t.Fatalf("store.Open(%s, read-only): %v", path, err)
 	}
-	err = s.View(func(tx *allocator.Tx) error {
+	err = s.View(func(tx *store.Tx) error {
 		snap.Count = tx.Count()
 		if err := tx.ForEach(func(r *allocator.Record) error {
 			snap.Records = append(snap.Records, r)
@@ -363,13 +364,13 @@ func checkIntegrity(t testing.TB, snap snapshot) {
 // index lookup, as ADD/DEL/CHECK see them.
 func byOwner(t testing.TB, path string, ids []string, ifname string) map[string][]*allocator.Record {
 	t.Helper()
-	s, err := allocator.Open(path, allocator.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	s, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
 	if err != nil {
-		t.Fatalf("allocator.Open(%s): %v", path, err)
+		t.Fatalf("store.Open(%s): %v", path, err)
 	}
 	defer s.Close()
 	out := map[string][]*allocator.Record{}
-	err = s.View(func(tx *allocator.Tx) error {
+	err = s.View(func(tx *store.Tx) error {
 		for _, id := range ids {
 			recs, err := tx.ByOwner(id, ifname)
 			if err != nil {

@@ -1,0 +1,8 @@
+package allocator
+
+// Attachment is one (containerID, ifname) the runtime still uses, as CNI's GC
+// verb lists them in "cni.dev/valid-attachments".
+type Attachment struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+}

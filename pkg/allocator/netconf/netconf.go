@@ -1,0 +1,157 @@
+// Package netconf loads one plugin invocation's CNI config (stdin and
+// CNI_ARGS) in host-local's schema, so that hostlease is a drop-in
+// replacement for host-local: it accepts exactly what host-local's loader
+// accepts, with the same canonical range sets, routes, requested addresses
+// and error texts (see ipamFrom), plus hostlease's own fields (ipam.lockTimeout,
+// ipam.failStatusOnExhaustion, the commit marker's top-level dataDir, GC's
+// valid attachments).
+//
+// A config is decoded once, by one of two tiers: a one-pass reader of the
+// bytes for the common shape (decodeFast), and json.Unmarshal for everything
+// else. A refused config's error is explained from what json.Unmarshal
+// decoded: the *types.Error's code says what kind of input was wrong (4
+// CNI_ARGS, 6 JSON that does not decode into the schema, 7 a value the schema
+// refuses) and its message names the field.
+package netconf
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// DefaultLockTimeout is how long a call waits for the store's lock unless the
+// config's ipam.lockTimeout says otherwise.
+const DefaultLockTimeout = 10 * time.Second
+
+// MarkerTypes are the top-level "type" values under which the plugin runs as
+// the commit marker. The plugin adds the name it was executed as before it
+// loads a config.
+var MarkerTypes = []string{"hostlease"}
+
+// Config is everything one plugin invocation needs from its stdin and CNI_ARGS.
+type Config struct {
+	Network    string
+	CNIVersion string
+	// Marker is true when the plugin runs as the commit marker: a conflist
+	// entry whose type is one of MarkerTypes, without an ipam key.
+	Marker bool
+	// IPAM holds the ipam section's routes, resolvConf and requested IPs, and
+	// RangeSets its canonical range sets, both as host-local's loader reads
+	// them. Nil in marker mode.
+	IPAM      *IPAM
+	RangeSets []allocator.StoredRangeSet
+	// StoreDir holds <network>.db; HostLocalDir holds host-local's <network>/.
+	// An ipam dataDir sets both; the marker's top-level dataDir sets StoreDir.
+	StoreDir     string
+	HostLocalDir string
+	LockTimeout  time.Duration
+	// FailStatusOnExhaustion makes STATUS fail (code 50) when a range set is
+	// full. Off by default: a STATUS error makes the node NotReady, and its
+	// pods are evicted (see cmd/ipam/status.go).
+	FailStatusOnExhaustion bool
+	// ValidAttachments is the GC verb's list of attachments to keep
+	// ("cni.dev/valid-attachments", or "cni.dev/attachments"); nil when the
+	// config has neither.
+	ValidAttachments []allocator.Attachment
+}
+
+// IPAM is what an ADD needs from the ipam section besides the range sets.
+type IPAM struct {
+	Routes     []*types.Route
+	ResolvConf string
+	// Requested lists the addresses asked for, in host-local's order: CNI_ARGS
+	// IP=, then args.cni.ips, then runtimeConfig.ips. IPv4 is never 4in6.
+	Requested []netip.Addr
+}
+
+// Load parses a plugin invocation's config. Every error is a *types.Error
+// whose code says what kind of input was wrong and whose message names the
+// field. Errors are reported in this order: JSON that does not decode;
+// hostlease's own fields (name, the marker's shape, lockTimeout); the ipam
+// section as host-local checks it. A malformed CNI_ARGS is reported (code 4)
+// ahead of errors in the JSON and in the ipam section, which host-local reads
+// together with it.
+func Load(stdin []byte, cniArgs string) (*Config, error) {
+	p, err := decode(stdin)
+	if err != nil {
+		return nil, cniArgsFirst(cniArgs, explainDecodeError(p, err))
+	}
+	if !allocator.ValidNetworkName(p.Name) {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("name: %q is not a valid network name (letters, digits, '_', '.', '-'; starting with a letter or digit)", p.Name), "")
+	}
+	c := &Config{
+		Network:          p.Name,
+		CNIVersion:       p.CNIVersion,
+		StoreDir:         allocator.DefaultStoreDir,
+		HostLocalDir:     allocator.DefaultHostLocalDir,
+		LockTimeout:      DefaultLockTimeout,
+		ValidAttachments: p.Valid,
+	}
+	if c.ValidAttachments == nil {
+		c.ValidAttachments = p.ValidAltSpell
+	}
+	if p.IPAM == nil && !p.ipamNull && slices.Contains(MarkerTypes, p.Type) {
+		// Commit marker: the same binary placed last in a conflist, which
+		// has a top-level type naming it and no ipam key at all. Anything
+		// else without an ipam section is an IPAM config missing it, refused
+		// as host-local refuses it ("ipam": null included).
+		c.Marker = true
+		if p.DataDir != "" {
+			c.StoreDir = p.DataDir
+		}
+		return c, nil
+	}
+	if p.IPAM == nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "IPAM config missing 'ipam' key", "")
+	}
+	if p.IPAM.DataDir != "" {
+		c.StoreDir, c.HostLocalDir = p.IPAM.DataDir, p.IPAM.DataDir
+	}
+	if p.IPAM.LockTimeout != "" {
+		d, err := time.ParseDuration(p.IPAM.LockTimeout)
+		if err != nil || d <= 0 {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig,
+				fmt.Sprintf("ipam.lockTimeout: %q is not a positive duration (e.g. \"10s\")", p.IPAM.LockTimeout), "")
+		}
+		c.LockTimeout = d
+	}
+	if p.IPAM.FailStatusOnExhaustion != nil {
+		c.FailStatusOnExhaustion = *p.IPAM.FailStatusOnExhaustion
+	}
+	ipam, sets, err := ipamFrom(p, cniArgs)
+	if err != nil {
+		return nil, cniArgsFirst(cniArgs, explainIPAMError(err))
+	}
+	c.IPAM, c.RangeSets = ipam, sets
+	return c, nil
+}
+
+// cniArgsFirst returns a code 4 error naming CNI_ARGS if host-local's parse of
+// cniArgs refuses it, else err.
+func cniArgsFirst(cniArgs string, err error) error {
+	if cniArgs == "" {
+		return err
+	}
+	var e envArgs
+	if aerr := types.LoadArgs(cniArgs, &e); aerr != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %v", aerr), "")
+	}
+	return err
+}
+
+// explainIPAMError turns an error of ipamFrom (host-local's wording) into a
+// code 7 error naming the field, where ipamFrom knows it.
+func explainIPAMError(err error) error {
+	msg := err.Error()
+	if fe, ok := err.(*fieldError); ok {
+		msg = fe.field + ": " + msg
+	}
+	return types.NewError(types.ErrInvalidNetworkConfig, msg, "")
+}

@@ -1,0 +1,253 @@
+package netconf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// errNullIP is returned where host-local's loader dereferences a nil pointer.
+var errNullIP = errors.New("null is not an IP address")
+
+// fieldError is an error of host-local's loader, with its text, and the field
+// of the config it is about, which Load puts in front of the text.
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.err.Error() }
+
+// ipamFrom validates a decoded config's ipam section, runtimeConfig and args,
+// with CNI_ARGS, as host-local's loader does. It returns the requested
+// addresses, routes and resolvConf, and the canonical range sets in
+// host-local's order: runtimeConfig ipRanges, then the legacy top-level range,
+// then ipam.ranges.
+//
+// Guarantee: decode followed by ipamFrom accepts exactly what host-local's
+// allocator.LoadIPAMConfig (containernetworking/plugins v1.9.1) accepts,
+// yields the same canonical range sets (subnet, first and last address,
+// gateway), routes, resolvConf, requested addresses and cniVersion, and on
+// rejection returns an error with the same text. The exceptions, both
+// deliberate, are listed on TestLoaderMatchesHostLocal, which proves the
+// guarantee by running both loaders on the same corpus:
+//
+//   - where host-local crashes (a null entry in args.cni.ips or
+//     runtimeConfig.ips), ipamFrom returns errNullIP;
+//   - a JSON value of the wrong type yields the same *json.UnmarshalTypeError
+//     (JSON path, value kind, offset), but encoding/json's text also names the
+//     decoder's Go types, which are hostlease's own (and host-local's path
+//     names its embedded Go struct: "ipam.Range.subnet"). Load reports such
+//     an error through decodeError, which prints only the JSON path and kinds,
+//     so what the user reads is the same.
+//
+// It is hostlease's own code, not host-local's: importing host-local's
+// packages pulls netlink and knftables into the plugin, whose package init
+// runs at every exec (TestPluginDoesNotImportHostLocal keeps them out).
+func ipamFrom(n *confJSON, cniArgs string) (*IPAM, []allocator.StoredRangeSet, error) {
+	if n.IPAM == nil {
+		return nil, nil, errors.New("IPAM config missing 'ipam' key")
+	}
+	out := &IPAM{ResolvConf: n.IPAM.ResolvConf}
+	if n.IPAM.Routes != nil {
+		out.Routes = make([]*types.Route, len(n.IPAM.Routes))
+		for i, rt := range n.IPAM.Routes {
+			if rt != nil {
+				out.Routes[i] = &rt.r
+			}
+		}
+	}
+
+	// Requested addresses. An entry that decoded to nothing ("") is kept as
+	// an invalid Addr so that it is refused below, after all are gathered.
+	if cniArgs != "" {
+		var e envArgs
+		if err := types.LoadArgs(cniArgs, &e); err != nil {
+			return nil, nil, err
+		}
+		if e.IP.addr.IsValid() {
+			out.Requested = append(out.Requested, e.IP.addr)
+		}
+	}
+	lists := []struct {
+		field string
+		addrs []*addrArg
+	}{{"args.cni.ips", nil}, {"runtimeConfig.ips", n.RuntimeConfig.IPs}}
+	if n.Args != nil && n.Args.CNI != nil {
+		lists[0].addrs = n.Args.CNI.IPs
+	}
+	var unset string
+	for _, list := range lists {
+		for i, a := range list.addrs {
+			if a == nil {
+				return nil, nil, &fieldError{fmt.Sprintf("%s[%d]", list.field, i), errNullIP}
+			}
+			if !a.addr.IsValid() && unset == "" {
+				unset = fmt.Sprintf("%s[%d]", list.field, i)
+			}
+			out.Requested = append(out.Requested, a.addr)
+		}
+	}
+	if unset != "" {
+		return nil, nil, &fieldError{unset, errors.New("cannot understand ip: IP <nil> not v4 nor v6")}
+	}
+
+	// Range sets: runtime ones first, then the legacy range, then ranges.
+	sets := append([]rangeSetJSON(nil), n.RuntimeConfig.IPRanges...)
+	if legacy := n.IPAM.rangeJSON(); legacy.Subnet.n.IP != nil {
+		sets = append(sets, rangeSetJSON{legacy})
+	}
+	sets = append(sets, n.IPAM.Ranges...)
+	if len(sets) == 0 {
+		return nil, nil, &fieldError{"ipam.ranges", errors.New("no IP ranges specified")}
+	}
+
+	stored := make([]allocator.StoredRangeSet, len(sets))
+	var v4Sets, v6Sets int
+	for i, set := range sets {
+		s, err := canonicalSet(set)
+		if err != nil {
+			return nil, nil, &fieldError{"ipam.ranges", fmt.Errorf("invalid range set %d: %s", i, err)}
+		}
+		stored[i] = s
+		if s.Ranges[0].Start.Is4() {
+			v4Sets++
+		} else {
+			v6Sets++
+		}
+	}
+	// Results before CNI 0.3.0 hold one address per family.
+	if v4Sets > 1 || v6Sets > 1 {
+		if ok, _ := version.GreaterThanOrEqualTo(n.CNIVersion, "0.3.0"); !ok {
+			return nil, nil, &fieldError{"cniVersion", fmt.Errorf("CNI version %v does not support more than 1 address per family", n.CNIVersion)}
+		}
+	}
+	for i := range stored {
+		for j := i + 1; j < len(stored); j++ {
+			if setsOverlap(stored[i], stored[j]) {
+				return nil, nil, &fieldError{"ipam.ranges", fmt.Errorf("range set %d overlaps with %d", i, j)}
+			}
+		}
+	}
+	return out, stored, nil
+}
+
+// canonicalSet validates a range set: not empty, each range valid, one address
+// family, no two ranges sharing an address.
+func canonicalSet(set rangeSetJSON) (allocator.StoredRangeSet, error) {
+	if len(set) == 0 {
+		return allocator.StoredRangeSet{}, errors.New("empty range set")
+	}
+	out := allocator.StoredRangeSet{Ranges: make([]allocator.StoredRange, 0, len(set))}
+	for i := range set {
+		r, err := canonicalRange(&set[i])
+		if err != nil {
+			return allocator.StoredRangeSet{}, err
+		}
+		if i > 0 && r.Start.Is4() != out.Ranges[0].Start.Is4() {
+			return allocator.StoredRangeSet{}, errors.New("mixed address families")
+		}
+		out.Ranges = append(out.Ranges, r)
+	}
+	for i, a := range out.Ranges {
+		for _, b := range out.Ranges[i+1:] {
+			if rangesOverlap(a, b) {
+				return allocator.StoredRangeSet{}, fmt.Errorf("subnets %s-%s and %s-%s overlap", a.Start, a.End, b.Start, b.End)
+			}
+		}
+	}
+	return out, nil
+}
+
+// canonicalRange checks one range and fills in its defaults: the gateway and
+// the first address default to the subnet's second address, the last address
+// to the subnet's last (IPv4: the one before broadcast).
+func canonicalRange(r *rangeJSON) (allocator.StoredRange, error) {
+	sub := r.Subnet.n
+	if sub.IP == nil {
+		return allocator.StoredRange{}, errors.New("IP <nil> not v4 nor v6")
+	}
+	addr := fromIP(sub.IP)
+	ones, maskBits := sub.Mask.Size()
+	if ones > maskBits-2 {
+		// Written as net.IPNet prints it: an IPv4 address under an IPv6
+		// mask (a 4in6 subnet) shows the mask's last 32 bits.
+		return allocator.StoredRange{}, fmt.Errorf("Network %s/%d too small to allocate from", addr, ones-(maskBits-addr.BitLen()))
+	}
+	if addr.BitLen() != maskBits {
+		return allocator.StoredRange{}, errors.New("IPNet IP and Mask version mismatch")
+	}
+	subnet := netip.PrefixFrom(addr, ones)
+	network := subnet.Masked().Addr()
+	if network != addr {
+		return allocator.StoredRange{}, fmt.Errorf("Network has host bits set. For a subnet mask of length %d the network address is %s", ones, network)
+	}
+
+	out := allocator.StoredRange{Subnet: subnet, Gateway: network.Next(), Start: network.Next()}
+	if gw := r.Gateway.get(); gw != nil {
+		out.Gateway = fromIP(gw) // host-local checks neither family nor subnet
+	}
+	// The first address must lie in the subnet and not after a given last
+	// address (an unordered pair is reported as a bad first address).
+	givenEnd := fromIP(r.RangeEnd.get())
+	if ip := r.RangeStart.get(); ip != nil {
+		start := fromIP(ip)
+		if !subnet.Contains(start) || givenEnd.Is4() == start.Is4() && givenEnd.IsValid() && start.Compare(givenEnd) > 0 {
+			return allocator.StoredRange{}, fmt.Errorf("RangeStart %s not in network %s", start, subnet)
+		}
+		out.Start = start
+	}
+	if r.RangeEnd.get() != nil {
+		if !subnet.Contains(givenEnd) || givenEnd.Less(out.Start) {
+			return allocator.StoredRange{}, fmt.Errorf("RangeEnd %s not in network %s", givenEnd, subnet)
+		}
+		out.End = givenEnd
+	} else {
+		out.End = lastAddr(subnet)
+	}
+	return out, nil
+}
+
+// lastAddr is the subnet's last address, or for IPv4 the one before it (the
+// broadcast address).
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := range b {
+		// Set every bit of byte i that lies past the prefix.
+		if netBits := p.Bits() - 8*i; netBits < 8 {
+			b[i] |= 0xff >> max(netBits, 0)
+		}
+	}
+	last := fromIP(net.IP(b))
+	if last.Is4() {
+		last = last.Prev()
+	}
+	return last
+}
+
+// rangesOverlap reports whether either range holds the other's first or last
+// address. For well-formed ranges that is "share an address"; a range whose
+// first address is past its last (host-local accepts a rangeStart beyond the
+// default rangeEnd) holds no address, yet overlaps a range holding one of
+// its ends, as in host-local.
+func rangesOverlap(a, b allocator.StoredRange) bool {
+	return a.Contains(b.Start) || a.Contains(b.End) || b.Contains(a.Start) || b.Contains(a.End)
+}
+
+// setsOverlap reports whether any range of a overlaps any range of b.
+func setsOverlap(a, b allocator.StoredRangeSet) bool {
+	for _, x := range a.Ranges {
+		for _, y := range b.Ranges {
+			if rangesOverlap(x, y) {
+				return true
+			}
+		}
+	}
+	return false
+}

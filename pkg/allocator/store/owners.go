@@ -1,0 +1,137 @@
+package store
+
+// The owner index (ownerhash): an attachment's records without reading the
+// others.
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// ByOwner returns the records held by (containerID, ifname), in address
+// order, as the owner index lists them. A listed record that does not decode
+// is skipped and noted (DamagedSeen): its address stays reserved. ByOwner
+// trusts the index to be complete; Held verifies that before concluding that
+// an attachment holds nothing.
+func (tx *Tx) ByOwner(containerID, ifname string) ([]*allocator.Record, error) {
+	var out []*allocator.Record
+	if tx.owners == nil {
+		// A read-only view of a store that lost its owner index (damage;
+		// the next read-write open restores it): look at every record.
+		return tx.scanOwner(containerID, ifname), nil
+	}
+	prefix := ownerPrefix(containerID, ifname)
+	c := tx.owners.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		key := k[len(prefix):]
+		v := tx.allocs.Get(key)
+		if v == nil {
+			continue
+		}
+		r, err := decodeAt(key, v)
+		if err != nil {
+			tx.noteDamaged(newDamaged(key, v, err))
+			continue
+		}
+		if r.ContainerID == containerID && r.IfName == ifname {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// scanOwner finds (containerID, ifname)'s records by reading every record:
+// the answer when the owner index cannot be trusted. Damaged records are
+// noted, not returned.
+func (tx *Tx) scanOwner(containerID, ifname string) []*allocator.Record {
+	var out []*allocator.Record
+	_ = tx.allocs.ForEach(func(k, v []byte) error {
+		if match, sure := ownerMatches(v, containerID, ifname); sure && !match {
+			return nil // most records: told apart without decoding
+		}
+		r, err := decodeAt(k, v)
+		if err != nil {
+			tx.noteDamaged(newDamaged(k, v, err))
+			return nil
+		}
+		if r.ContainerID == containerID && r.IfName == ifname {
+			out = append(out, r)
+		}
+		return nil
+	})
+	return out
+}
+
+// ownerMatches compares a binary record's owner fields with (containerID,
+// ifname) in place, without decoding the record; sure is false when it cannot
+// tell (a damaged value: the caller decodes).
+func ownerMatches(v []byte, containerID, ifname string) (match, sure bool) {
+	if len(v) == 0 || v[0] != binaryFormat {
+		return false, false
+	}
+	d := &dec{b: v[1:]}
+	d.addr()
+	d.smallInt()
+	d.addr()
+	d.smallInt()
+	id := d.bytes()
+	name := d.bytes()
+	if d.err != nil {
+		return false, false
+	}
+	return string(id) == containerID && string(name) == ifname, true
+}
+
+// scanAlwaysBelow is the number of records below which an owner the index
+// does not know is always looked for in the records: a scan of that many
+// costs about what the exec of the plugin does, and it also finds an index
+// entry filed under the wrong owner, which keeps every count equal. A node's
+// pool is usually far smaller (a /24).
+const scanAlwaysBelow = 2048
+
+// needScan decides whether an attachment the owner index does not know must
+// be looked for in the records. records is the count kept in meta (known is
+// false when it is absent or damaged); agree is the cheap count comparison
+// (Tx.indexesAgree), called only for large stores.
+func needScan(records int, known bool, agree func() bool) bool {
+	switch {
+	case !known:
+		return true
+	case records == 0:
+		return !agree() // nothing should be there; stray index entries say otherwise
+	case records < scanAlwaysBelow:
+		return true
+	}
+	return !agree()
+}
+
+// HeldBy returns the records held by exactly (containerID, ifname), verified
+// against the records: an empty answer from the owner index is believed only
+// for a large store whose indexes agree with the records count (needScan;
+// indexesAgree reads no record); otherwise the records are read, and in a
+// write transaction the indexes are repaired from them when they disagree
+// (audited; Repairs).
+func (tx *Tx) HeldBy(containerID, ifname string) ([]*allocator.Record, error) {
+	recs, err := tx.ByOwner(containerID, ifname)
+	if err != nil || len(recs) > 0 {
+		return recs, err
+	}
+	n, known := tx.recordCount()
+	if !needScan(n, known, tx.indexesAgree) {
+		return nil, nil
+	}
+	recs = tx.scanOwner(containerID, ifname)
+	if tx.btx.Writable() && (len(recs) > 0 || !tx.indexesAgree()) {
+		why := fmt.Sprintf("lookup of container %s ifname %q: the indexes disagree with the records count", containerID, ifname)
+		if len(recs) > 0 {
+			why = fmt.Sprintf("lookup of container %s ifname %q: %d records missing from the owner index", containerID, ifname, len(recs))
+		}
+		if _, err := tx.RepairIndexes(why, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	return recs, nil
+}

@@ -1,0 +1,27 @@
+package store
+
+import (
+	"github.com/hostlease/hostlease/pkg/allocator"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Tx is one transaction on a store. Every write keeps the derived indexes
+// (takenbits, ownerhash, imported, the records count) in step with allocs: a
+// record and its index entries are put and deleted together. The indexes are
+// still only derived: where they are used to decide something that matters
+// they are verified against the records (see integrity.go).
+type Tx struct {
+	btx                                                      *bolt.Tx
+	meta, allocs, taken, owners, exhaustion, audit, imported *bolt.Bucket
+	// reserved reads the reserved addresses: the taken bitmap (see wrapTx).
+	reserved reservedIndex
+
+	// damagedSeen are the undecodable records this transaction met (each
+	// once); repairs the index repairs it made. Callers log them.
+	damagedSeen []allocator.DamagedRecord
+	repairs     []allocator.IndexRepair
+	err         error // first write error of a multi-write helper
+}
+
+// Tx implements the allocation policy's view of a store.
+var _ allocator.Store = (*Tx)(nil)
