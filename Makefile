@@ -100,7 +100,7 @@ bench: build
 	@$(MAKE) --no-print-directory -o build bench-k8s
 
 # The retry storm on the real node (e2e/k8s BenchmarkRetryStorm, as root: 50
-# pods with a failing chain on a /24 for 5 minutes; ~8 min warm). Report in
+# pods with a failing chain on a /24 for 5 minutes; ~6 min warm). Report in
 # bin/bench-retry-storm.md, full log in bin/bench-k8s.log.
 bench-k8s: build
 	@mkdir -p bin
@@ -112,7 +112,7 @@ demo: build
 	@if [ -x hack/demo.sh ]; then CONTAINERD_VERSION=$(CONTAINERD_VERSION) bash hack/demo.sh; else echo "demo: plugin-level story"; bash hack/demo-plugin.sh; fi
 
 # containerd #12130 on a real Kubernetes node, host-local then hostlease with
-# the DaemonSet (hack/demo-k8s.sh; root; ~5 min warm, builds Kubernetes cold).
+# the DaemonSet (hack/demo-k8s.sh; root; ~4 min warm, builds Kubernetes cold).
 demo-k8s: build
 	@bash hack/demo-k8s.sh
 

@@ -8,7 +8,7 @@
 # Needs root and Go (run it through make: it builds bin/ first). Self-installing: hack/k8s-setup.sh builds and caches
 # etcd and the Kubernetes binaries (from the Go module proxy, ~7 min cold on
 # an idle 2-core machine), containerd, the CNI plugins and the pause image;
-# warm, the demo takes about 5 minutes. Everything it starts and changes
+# warm, the demo takes about 4 minutes. Everything it starts and changes
 # (processes, links hlk8s-*, /tmp/hostlease-k8s) is undone at the end, as
 # e2e/k8s/README.md describes. One real-node run at a time per machine
 # (make e2e-k8s and make bench-k8s use the same node).
