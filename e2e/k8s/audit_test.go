@@ -29,7 +29,7 @@ type auditEvent struct {
 
 // gcRequests returns the daemon's requests in the audit log (one per
 // auditID; the policy logs nothing else).
-func gcRequests(t *testing.T) []auditEvent {
+func gcRequests(t testing.TB) []auditEvent {
 	t.Helper()
 	f, err := os.Open(AuditLog)
 	if err != nil {

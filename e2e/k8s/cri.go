@@ -2,6 +2,8 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,4 +51,35 @@ func (c *Cluster) stopRemoveSandbox(id string) error {
 		_, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
 		return err
 	})
+}
+
+// ContainerPID is the host PID of the running container named container in
+// pod (namespace ns), from CRI's verbose container status.
+func (c *Cluster) ContainerPID(ns, pod, container string) (int, error) {
+	pid := 0
+	err := cri(func(ctx context.Context, rt runtimeapi.RuntimeServiceClient) error {
+		r, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+			State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+			LabelSelector: map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod,
+				"io.kubernetes.container.name": container}}})
+		if err != nil {
+			return err
+		}
+		if len(r.Containers) != 1 {
+			return fmt.Errorf("%d running containers %s in pod %s/%s, want 1", len(r.Containers), container, ns, pod)
+		}
+		st, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: r.Containers[0].Id, Verbose: true})
+		if err != nil {
+			return err
+		}
+		var info struct {
+			Pid int `json:"pid"`
+		}
+		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid <= 1 {
+			return fmt.Errorf("container %s: no pid in its verbose status (%v): %.200s", r.Containers[0].Id, err, st.Info["info"])
+		}
+		pid = info.Pid
+		return nil
+	})
+	return pid, err
 }

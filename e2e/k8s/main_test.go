@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 
 // cluster returns the package's cluster, starting it on first use; it skips
 // when not root (the only reason to skip) and fails when it cannot start.
-func cluster(t *testing.T) *Cluster {
+func cluster(t testing.TB) *Cluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("e2e/k8s: skipped: needs root (runs etcd, a control plane, containerd and kubelet, creates bridges and a mount namespace)")
@@ -101,7 +101,7 @@ func keepArtifacts(c *Cluster) {
 
 // waitUntil polls cond every 500ms until it returns true; the timeout is a
 // hang guard, and its message says what was last seen.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -120,7 +120,7 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bo
 	}
 }
 
-func kubectl(t *testing.T, c *Cluster, args ...string) string {
+func kubectl(t testing.TB, c *Cluster, args ...string) string {
 	t.Helper()
 	out, err := c.Kubectl(args...)
 	if err != nil {
@@ -129,7 +129,7 @@ func kubectl(t *testing.T, c *Cluster, args ...string) string {
 	return out
 }
 
-func apply(t *testing.T, c *Cluster, manifest string) {
+func apply(t testing.TB, c *Cluster, manifest string) {
 	t.Helper()
 	if out, err := c.KubectlIn([]byte(manifest), "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -137,7 +137,7 @@ func apply(t *testing.T, c *Cluster, manifest string) {
 }
 
 // records reads the plugin's stores on the node with the project's CLI.
-func records(t *testing.T) []allocator.Record {
+func records(t testing.TB) []allocator.Record {
 	t.Helper()
 	bin, err := harness.ProjectBin("hostlease-gc")
 	if err != nil {
@@ -156,7 +156,7 @@ func records(t *testing.T) []allocator.Record {
 
 // auditLog is every network's audit log on the node (oldest entries pruned
 // by the store's bound), as `hostlease-gc audit -o json` shows it.
-func auditLog(t *testing.T) []allocator.AuditEvent {
+func auditLog(t testing.TB) []allocator.AuditEvent {
 	t.Helper()
 	bin, err := harness.ProjectBin("hostlease-gc")
 	if err != nil {
@@ -173,8 +173,25 @@ func auditLog(t *testing.T) []allocator.AuditEvent {
 	return evs
 }
 
+// runGC runs the project's hostlease-gc CLI on the node (stdout, stderr
+// in the error).
+func runGC(args ...string) ([]byte, error) {
+	bin, err := harness.ProjectBin("hostlease-gc")
+	if err != nil {
+		return nil, err
+	}
+	var stderr strings.Builder
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("hostlease-gc %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
 // gcPod is the name of the DaemonSet's pod on the node.
-func gcPod(t *testing.T, c *Cluster) string {
+func gcPod(t testing.TB, c *Cluster) string {
 	t.Helper()
 	out := kubectl(t, c, "-n", SysNamespace, "get", "pods", "-l", "app.kubernetes.io/name=hostlease-gc",
 		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")

@@ -17,7 +17,7 @@ import (
 	"github.com/hostlease/hostlease/e2e/harness"
 )
 
-func buildDaemonSet(t *testing.T, dir string) map[string]any {
+func buildDaemonSet(t testing.TB, dir string) map[string]any {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)

@@ -25,7 +25,7 @@ const promAddr = "127.0.0.1:19090"
 // replaced by the DaemonSet pod as a static target) and rules, evaluating
 // every 5s.
 // It is stopped by PID at the end of the test.
-func startPrometheus(t *testing.T, c *Cluster) {
+func startPrometheus(t testing.TB, c *Cluster) {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {

@@ -3,6 +3,7 @@ package k8s
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,24 +118,382 @@ func TestPods(t *testing.T) {
 	})
 }
 
-// The daemon on a quiet node (pods running, nothing leaking) asks the API
-// server at most twice a minute after start-up.
-func TestAPIRequestsQuietMinute(t *testing.T) {
+// Scenario 6b (upgrade and restart), with the quiet minute measured while
+// pods churn: a Deployment is scaled up and down all along, so kubelet runs
+// ADDs and DELs through the plugin the whole time.
+//   - QuietMinute: a node whose pods start and stop but leak nothing is quiet
+//     for the API server: the daemon asks it at most twice a minute.
+//   - RollingUpdate: the DaemonSet is updated to an image with other binaries
+//     and rolled back (kubectl rollout undo). install-cni replaces the plugin
+//     atomically: a watcher that reads and execs the installed file all along
+//     only ever finds a complete, executable copy of the old or the new
+//     binary, an inode never changes content, the old binary stays intact
+//     behind an open descriptor; containerd never fails to exec a plugin, no
+//     ADD or DEL fails (no FailedKillPod, no FailedCreatePodSandBox), every
+//     Running pod holds its committed record, the records are exactly the
+//     Running pods', and the audit log shows only the DELs' releases.
+//   - DaemonDeletedMidSweep: leaks on four networks of their own (the first
+//     large, so its Events keep the sweep busy) lose their proof of death at
+//     once; the daemon is frozen (SIGSTOP) at its first reclaim line, while
+//     later networks are still unreclaimed, and its pod is deleted (SIGTERM
+//     stays pending, kubelet kills it after the grace period): the new
+//     pod's first sweep reclaims the rest; every leak is reclaimed exactly
+//     once, nothing else is, and the store reads back consistent.
+func TestUpgradeAndRestart(t *testing.T) {
 	c := cluster(t)
 	ensureInstalled(t, c)
-	from := time.Now()
-	time.Sleep(61 * time.Second) // the window measured, not a synchronisation
-	n := 0
-	for _, e := range gcRequests(t) {
-		if !e.RequestReceivedTimestamp.Before(from) && e.RequestReceivedTimestamp.Before(from.Add(time.Minute)) {
-			n++
-			t.Logf("request in the quiet minute: %s %s", e.Verb, e.RequestURI)
+	waitNodeReady(t, c)
+	const ns = "e2e-churn"
+	apply(t, c, deployment(ns, "churn", 3))
+	waitPodsRunning(t, c, ns, 3)
+	t.Cleanup(func() { deleteNamespace(t, c, ns) })
+	start := time.Now()
+	containerdLog, kubeletLog := filepath.Join(LogDir, "containerd.log"), filepath.Join(LogDir, "kubelet.log")
+	containerdOff, kubeletOff := logSize(containerdLog), logSize(kubeletLog)
+
+	// The second image is built while the quiet minute is measured.
+	type built struct {
+		plugin string
+		err    error
+	}
+	imageDone := make(chan built, 1)
+	go func() { p, err := upgradeImage(c); imageDone <- built{p, err} }()
+
+	ch := startChurn(c, ns, "churn", [2]int{6, 2})
+	defer ch.Stop()
+
+	t.Run("QuietMinute", func(t *testing.T) {
+		from := time.Now()
+		time.Sleep(61 * time.Second) // the window measured, not a synchronisation
+		n := 0
+		for _, e := range gcRequests(t) {
+			if !e.RequestReceivedTimestamp.Before(from) && e.RequestReceivedTimestamp.Before(from.Add(time.Minute)) {
+				n++
+				t.Logf("request in the quiet minute: %s %s", e.Verb, e.RequestURI)
+			}
 		}
-	}
-	t.Logf("hostlease-gc made %d API requests in a quiet minute (%d since it started)", n, len(gcRequests(t)))
-	if n > 2 {
-		t.Errorf("%d API requests in a quiet minute, want at most 2", n)
-	}
+		cycles, pods := ch.counts()
+		t.Logf("hostlease-gc made %d API requests in a quiet minute while pods churned (%d scale cycles, %d pods so far; %d requests since it started)",
+			n, cycles, pods, len(gcRequests(t)))
+		if n > 2 {
+			t.Errorf("%d API requests in a quiet minute, want at most 2", n)
+		}
+		if cycles < 2 {
+			t.Errorf("only %d churn cycles in the minute: pods did not churn", cycles)
+		}
+	})
+
+	t.Run("RollingUpdate", func(t *testing.T) {
+		b := <-imageDone
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		installed := filepath.Join(CNIBinDir, "hostlease")
+		oldSum, oldAbout := binaryID(t, mustProjectBin(t, "hostlease"))
+		newSum, newAbout := binaryID(t, b.plugin)
+		if oldSum == newSum || oldAbout == newAbout {
+			t.Fatalf("the upgrade image's plugin is the same binary (%s)", newAbout)
+		}
+		w := watchBinary(installed, map[string]string{oldSum: "old", newSum: "new"}, []string{oldAbout, newAbout})
+		defer w.Stop()
+
+		// swap rolls the DaemonSet with kubectl args and waits until the
+		// installed plugin is want, the daemon runs version, and a pod
+		// started since then runs (its ADD executed the new file). The
+		// descriptor of the file replaced must still read the replaced
+		// binary: install-cni renamed a new file over it.
+		swap := func(want, wantSum, version string, args ...string) {
+			t.Helper()
+			held, err := os.Open(installed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			heldSum, err := readerSHA256(held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oldPod := gcPod(t, c)
+			kubectl(t, c, args...)
+			kubectl(t, c, "-n", SysNamespace, "rollout", "status", "daemonset/"+DaemonSetName, "--timeout=3m")
+			waitUntil(t, time.Minute, "the "+want+" plugin installed", func() (bool, string) {
+				sum, err := fileSHA256(installed)
+				return err == nil && sum == wantSum, w.current()
+			})
+			swapped := time.Now()
+			waitUntil(t, 2*time.Minute, "the daemon "+version+" running", func() (bool, string) {
+				pod, err := c.Kubectl("-n", SysNamespace, "get", "pods", "-l", "app.kubernetes.io/name=hostlease-gc",
+					"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
+				if err != nil || pod == oldPod || len(strings.Fields(pod)) != 1 {
+					return false, pod
+				}
+				log, _ := c.Kubectl("-n", SysNamespace, "logs", pod, "-c", "hostlease-gc")
+				return strings.Contains(log, `msg="hostlease-gc started" version=`+version+" "), firstLines(log, 3)
+			})
+			waitUntil(t, 2*time.Minute, "a pod started with the "+want+" plugin", func() (bool, string) {
+				for _, r := range records(t) {
+					if r.PodNamespace == ns && r.State == allocator.StateCommitted && r.Created.After(swapped) {
+						return true, ""
+					}
+				}
+				return false, "no record created since " + swapped.Format(time.RFC3339)
+			})
+			if _, err := held.Seek(0, 0); err != nil {
+				t.Fatal(err)
+			}
+			if sum, err := readerSHA256(held); err != nil || sum != heldSum {
+				t.Errorf("the replaced plugin file now reads %.12s (%v), was %.12s: install-cni rewrote it in place instead of renaming a new file over it", sum, err, heldSum)
+			}
+		}
+		gcVersion := strings.Fields(oldAbout)[1]
+		swap("new", newSum, UpgradeVersion, "-n", SysNamespace, "set", "image", "daemonset/"+DaemonSetName,
+			"install-cni="+UpgradeImage, "hostlease-gc="+UpgradeImage)
+		swap("old", oldSum, gcVersion, "-n", SysNamespace, "rollout", "undo", "daemonset/"+DaemonSetName)
+
+		looks, execs, seq, violations := w.Stop()
+		t.Logf("installed plugin watched %d times and executed %d times during the upgrade and the rollback: %s", looks, execs, strings.Join(seq, " -> "))
+		for _, v := range violations {
+			t.Errorf("installed plugin: %s", v)
+		}
+		if strings.Join(seq, ",") != "old,new,old" {
+			t.Errorf("installed plugin went %v, want old -> new -> old", seq)
+		}
+		if left, _ := filepath.Glob(filepath.Join(CNIBinDir, ".hostlease.tmp.*")); len(left) > 0 {
+			t.Errorf("install-cni left temp files: %v", left)
+		}
+
+		// Settle: the churn stops at 3 pods; every DEL of a deleted pod ran.
+		if errs := ch.Stop(); len(errs) > 0 {
+			t.Errorf("churn: %s", strings.Join(errs, "; "))
+		}
+		cycles, pods := ch.counts()
+		t.Logf("churn: %d scale cycles, %d pods ran in %v", cycles, pods, time.Since(start).Round(time.Second))
+		settleChurn(t, c, ns, 3)
+		live := map[string]bool{}
+		for _, r := range records(t) {
+			if r.PodNamespace == ns {
+				live[r.ContainerID] = true
+			}
+		}
+		releases := 0
+		for _, ev := range auditLog(t) {
+			if ev.Time.Before(start) || !strings.HasPrefix(ev.Pod, ns+"/") {
+				continue
+			}
+			if ev.Action != "release" || ev.By != "plugin" {
+				t.Errorf("audit: %s of %s (%s) by %s: only the plugin's DEL may release a churning pod's address", ev.Action, ev.IP, ev.Pod, ev.By)
+			}
+			if live[ev.ContainerID] {
+				t.Errorf("audit: %s released %s of a pod that still runs", ev.By, ev.IP)
+			}
+			releases++
+		}
+		t.Logf("%d addresses released by DELs during the churn", releases)
+		if releases == 0 {
+			t.Error("no DEL released an address: the pods did not churn")
+		}
+		out := kubectl(t, c, "-n", ns, "get", "events", "-o", "jsonpath={range .items[*]}{.reason} {.message}{\"\\n\"}{end}")
+		for _, bad := range []string{"FailedKillPod", "FailedCreatePodSandBox"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("Events of the churning pods:\n%s", grepLines(out, bad))
+			}
+		}
+		clog, _ := logSince(containerdLog, containerdOff)
+		klog, _ := logSince(kubeletLog, kubeletOff)
+		for name, log := range map[string]string{"containerd": clog, "kubelet": klog} {
+			if bad := pluginFailures(log); len(bad) > 0 {
+				t.Errorf("%s's log shows %d failed plugin execs or DELs, e.g.:\n%s", name, len(bad), strings.Join(bad[:min(5, len(bad))], "\n"))
+			}
+		}
+	})
+
+	t.Run("DaemonDeletedMidSweep", func(t *testing.T) {
+		ch.Stop()
+		settleChurn(t, c, ns, 3)
+		nets := []struct {
+			name, subnet string
+			n            int
+		}{{"hlk8s-sweep-a", "10.251.3.0/24", 60}, {"hlk8s-sweep-b", "10.251.4.0/24", 4},
+			{"hlk8s-sweep-c", "10.251.5.0/24", 4}, {"hlk8s-sweep-d", "10.251.6.0/24", 4}}
+		t.Cleanup(func() {
+			for _, n := range nets {
+				os.Remove(filepath.Join(CNIDataDir, n.name+".db"))
+			}
+		})
+		var ghosts []ghostLeak
+		for _, n := range nets {
+			ghosts = append(ghosts, makeGhostLeaks(t, n.name, n.subnet, n.n)...)
+		}
+		t.Cleanup(func() {
+			for _, g := range ghosts {
+				os.Remove(g.Netns)
+			}
+		})
+		isGhost := map[string]ghostLeak{}
+		for _, g := range ghosts {
+			isGhost[g.ContainerID] = g
+		}
+		// The churn's pods are the live ones.
+		live := map[string]allocator.Record{}
+		for _, r := range records(t) {
+			if r.PodNamespace == ns {
+				live[r.ContainerID] = r
+			}
+		}
+		if len(live) == 0 {
+			t.Fatal("no live pod records to watch")
+		}
+		oldPod := gcPod(t, c)
+		pid, err := c.ContainerPID(SysNamespace, oldPod, "hostlease-gc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		lines, err := followLog(ctx, c, SysNamespace, oldPod, "hostlease-gc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		frozen, deleted := false, false
+		t.Cleanup(func() {
+			if frozen && !deleted { // stopped before its pod was deleted: let it go on
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+		})
+		// Their netns go at once (a burst of teardowns): proof of death
+		// for every ghost, one sweep.
+		for _, g := range ghosts {
+			if err := os.Remove(g.Netns); err != nil {
+				t.Fatal(err)
+			}
+		}
+		timeout := time.After(2 * time.Minute)
+		for !frozen {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatal("the daemon's log ended before it reclaimed a leak")
+				}
+				if strings.Contains(l, `msg="reclaimed address"`) && logfmtValue(l, "network") == nets[0].name {
+					if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+						t.Fatal(err)
+					}
+					frozen = true
+				}
+			case <-timeout:
+				t.Fatal("timed out after 2m waiting for the daemon to reclaim a leak of " + nets[0].name)
+			}
+		}
+		cancel()
+		held := map[string]bool{}
+		for _, r := range records(t) {
+			if _, ok := isGhost[r.ContainerID]; ok {
+				held[r.ContainerID] = true
+			}
+		}
+		t.Logf("daemon pod %s frozen mid-sweep with %d of the %d leaks still held", oldPod, len(held), len(ghosts))
+		if len(held) == 0 {
+			t.Fatal("the sweep had reclaimed every leak before it was stopped: not mid-sweep (are Events no longer rate-limited?)")
+		}
+		kubectl(t, c, "-n", SysNamespace, "delete", "pod", oldPod, "--grace-period=1", "--wait=false")
+		deleted = true
+		var newPod string
+		waitUntil(t, 2*time.Minute, "the DaemonSet's new pod Running", func() (bool, string) {
+			out, err := c.Kubectl("-n", SysNamespace, "get", "pods", "-l", "app.kubernetes.io/name=hostlease-gc",
+				"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
+			f := strings.Fields(out)
+			if err != nil || len(f) != 1 || f[0] == oldPod {
+				return false, out
+			}
+			newPod = f[0]
+			return true, ""
+		})
+		waitUntil(t, 2*time.Minute, "every leak reclaimed", func() (bool, string) {
+			n := 0
+			for _, r := range records(t) {
+				if _, ok := isGhost[r.ContainerID]; ok {
+					n++
+				}
+			}
+			return n == 0, itoa(n) + " still held"
+		})
+		// The new pod's first sweep finished the job.
+		log, err := c.Kubectl("-n", SysNamespace, "logs", newPod, "-c", "hostlease-gc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		byNew := map[string]bool{}
+		for _, l := range strings.Split(log, "\n") {
+			if strings.Contains(l, `msg="sweep finished"`) {
+				break
+			}
+			if strings.Contains(l, `msg="reclaimed address"`) {
+				byNew[logfmtValue(l, "sandbox")] = true
+			}
+		}
+		for id := range held {
+			if !byNew[id] {
+				t.Errorf("leak %s (%s) left by the frozen daemon was not reclaimed by the new pod's first sweep", isGhost[id].IP, id[:12])
+			}
+		}
+		for id := range byNew {
+			if !held[id] {
+				t.Errorf("the new pod's first sweep reclaimed sandbox %s, which was not left to it", id)
+			}
+		}
+		// Every leak reclaimed exactly once, nothing else.
+		seen := map[string]int{}
+		for _, ev := range auditLog(t) {
+			if ev.Time.Before(start) {
+				continue
+			}
+			if ev.Action == "reclaim" {
+				if _, ok := isGhost[ev.ContainerID]; !ok {
+					t.Errorf("audit: reclaimed %s of sandbox %s (%s), which is not a leak", ev.IP, ev.ContainerID, ev.Pod)
+				}
+				seen[ev.ContainerID+" "+ev.IP.String()]++
+			}
+		}
+		for _, g := range ghosts {
+			if n := seen[g.ContainerID+" "+g.IP]; n != 1 {
+				t.Errorf("leak %s of %s reclaimed %d times, want once", g.IP, g.Network, n)
+			}
+		}
+		after := map[string]allocator.Record{}
+		for _, r := range records(t) {
+			after[r.ContainerID] = r
+		}
+		for id, r := range live {
+			if now, ok := after[id]; !ok || now.IP != r.IP || now.State != allocator.StateCommitted {
+				t.Errorf("live pod %s lost its record %s", r.PodName, r.IP)
+			}
+		}
+		// The store reads back consistent: hostlease-gc status finds no
+		// damage and nothing held on the leak networks.
+		out, err := runGC("status", "-o", "json", "--data-dir", CNIDataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []struct {
+			Network       string
+			Used, Damaged int
+			Error         string
+		}
+		if err := json.Unmarshal(out, &rows); err != nil {
+			t.Fatalf("status -o json: %v\n%s", err, out)
+		}
+		for _, r := range rows {
+			if r.Damaged > 0 || r.Error != "" {
+				t.Errorf("store of %s: %d damaged, error %q", r.Network, r.Damaged, r.Error)
+			}
+			if strings.HasPrefix(r.Network, "hlk8s-sweep-") && r.Used != 0 {
+				t.Errorf("store of %s still holds %d addresses", r.Network, r.Used)
+			}
+		}
+		if strings.Contains(log, "derived indexes disagreed") {
+			t.Errorf("the new pod found the stores' indexes inconsistent:\n%s", grepLines(log, "derived indexes"))
+		}
+	})
 }
 
 // Scenario 3 (containerd #12130 through kubelet): a chain whose middle
@@ -145,28 +505,7 @@ func TestLeaksThroughKubelet(t *testing.T) {
 	ensureInstalled(t, c)
 	waitNodeReady(t, c)
 	const ns = "e2e-leaks"
-	// A node has running pods: their netns keep the runtime's netns dir in
-	// use (an empty dir proves nothing, see gc.NetnsDirTrusted).
-	apply(t, c, deployment(ns, "bystander", 1))
-	waitPodsRunning(t, c, ns, 1)
-	for _, f := range []string{FailAddFile, FailDelFile} {
-		if err := os.WriteFile(f, []byte("e2e: chain broken on purpose\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Remove(f) })
-	}
-	if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, true, nil)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		os.Remove(FailAddFile)
-		os.Remove(FailDelFile)
-		deleteNamespace(t, c, ns)
-		if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil)); err != nil {
-			t.Error(err)
-		}
-	})
-	apply(t, c, deployment(ns, "crashloop", 2))
+	startCrashLoop(t, c, ns, "crashloop", 2, nil)
 
 	// Two minutes of kubelet retrying both pods. Sample the pending records
 	// for the peak; count the leaks from the records and from the store's
@@ -237,9 +576,55 @@ func TestLeaksThroughKubelet(t *testing.T) {
 	t.Logf("AddressReclaimed Events: %d (%d on pods)", len(evs), onPod)
 
 	// Heal the chain: the pods run.
-	os.Remove(FailAddFile)
-	os.Remove(FailDelFile)
+	healChain()
 	waitPodsRunning(t, c, ns, 3)
+}
+
+// pluginFailures are the lines of a runtime's log that show a CNI plugin
+// failing to execute (being written, not an executable, not permitted) or a
+// DEL failing.
+func pluginFailures(log string) []string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		l := strings.ToLower(line)
+		if strings.Contains(l, "text file busy") || strings.Contains(l, "exec format error") ||
+			strings.Contains(l, "failed to destroy network") ||
+			(strings.Contains(l, "permission denied") && strings.Contains(l, strings.ToLower(CNIBinDir))) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// settleChurn scales the churn Deployment to n and waits until exactly n
+// pods run, none is terminating, and the namespace's records are exactly
+// theirs (committed, each pod's own address): every DEL of a deleted pod ran.
+func settleChurn(t testing.TB, c *Cluster, ns string, n int) {
+	t.Helper()
+	kubectl(t, c, "-n", ns, "scale", "deployment", "churn", "--replicas="+itoa(n))
+	var running []podInfo
+	waitUntil(t, 3*time.Minute, itoa(n)+" churn pods and nothing terminating", func() (bool, string) {
+		running = runningPods(t, c, ns)
+		out, _ := c.Kubectl("-n", ns, "get", "pods", "-o", "name")
+		return len(running) == n && len(strings.Fields(out)) == n, itoa(len(running)) + " running of " + itoa(len(strings.Fields(out)))
+	})
+	waitUntil(t, time.Minute, "exactly the running pods' records", func() (bool, string) {
+		byUID := map[string]allocator.Record{}
+		held := 0
+		for _, r := range records(t) {
+			if r.PodNamespace == ns {
+				held++
+				byUID[r.PodUID] = r
+			}
+		}
+		for _, p := range running {
+			r, ok := byUID[p.UID]
+			if !ok || r.IP.String() != p.IP || r.State != allocator.StateCommitted {
+				return false, "pod " + p.Name + " " + p.IP + " has no committed record of its own"
+			}
+		}
+		return held == len(running), itoa(held) + " records for " + itoa(len(running)) + " pods"
+	})
 }
 
 // maxPendingLeaks is the most leaked addresses that may be pending at once
@@ -251,7 +636,7 @@ const maxPendingLeaks = 8
 
 type podInfo struct{ Name, UID, IP string }
 
-func waitPodsRunning(t *testing.T, c *Cluster, ns string, n int) []podInfo {
+func waitPodsRunning(t testing.TB, c *Cluster, ns string, n int) []podInfo {
 	t.Helper()
 	var pods []podInfo
 	waitUntil(t, 3*time.Minute, "pods of "+ns+" Running", func() (bool, string) {
@@ -262,7 +647,7 @@ func waitPodsRunning(t *testing.T, c *Cluster, ns string, n int) []podInfo {
 }
 
 // runningPods lists the Running, not terminating pods of ns with their IPs.
-func runningPods(t *testing.T, c *Cluster, ns string) []podInfo {
+func runningPods(t testing.TB, c *Cluster, ns string) []podInfo {
 	out, err := c.Kubectl("-n", ns, "get", "pods", "-o",
 		`jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.phase} {.status.podIP} {.metadata.deletionTimestamp}{"\n"}{end}`)
 	if err != nil {
@@ -298,7 +683,7 @@ type event struct {
 	Message        string                                 `json:"message"`
 }
 
-func reclaimEvents(t *testing.T, c *Cluster) []event {
+func reclaimEvents(t testing.TB, c *Cluster) []event {
 	t.Helper()
 	out := kubectl(t, c, "get", "events", "-A", "--field-selector=reason=AddressReclaimed", "-o", "json")
 	var l struct{ Items []event }
@@ -309,7 +694,7 @@ func reclaimEvents(t *testing.T, c *Cluster) []event {
 }
 
 // canIList parses `kubectl auth can-i --list --as=user` into resource -> verbs.
-func canIList(t *testing.T, c *Cluster, user string) map[string][]string {
+func canIList(t testing.TB, c *Cluster, user string) map[string][]string {
 	t.Helper()
 	out := kubectl(t, c, "auth", "can-i", "--list", "--as="+user)
 	res := map[string][]string{}
@@ -334,7 +719,7 @@ func canIList(t *testing.T, c *Cluster, user string) map[string][]string {
 	return res
 }
 
-func gcLog(t *testing.T, c *Cluster) string {
+func gcLog(t testing.TB, c *Cluster) string {
 	t.Helper()
 	out, err := c.Kubectl("-n", SysNamespace, "logs", "ds/"+DaemonSetName, "-c", "hostlease-gc", "--tail=-1")
 	if err != nil {
@@ -343,7 +728,7 @@ func gcLog(t *testing.T, c *Cluster) string {
 	return out
 }
 
-func mustProjectBin(t *testing.T, name string) string {
+func mustProjectBin(t testing.TB, name string) string {
 	t.Helper()
 	p, err := harness.ProjectBin(name)
 	if err != nil {

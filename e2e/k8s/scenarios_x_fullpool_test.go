@@ -120,7 +120,7 @@ spec:
 
 // fakeNode registers a Node with no kubelet and renews its Lease (and Ready
 // condition) until the returned stop is called, which also deletes it.
-func fakeNode(t *testing.T, c *Cluster, name string) (stop func()) {
+func fakeNode(t testing.TB, c *Cluster, name string) (stop func()) {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {

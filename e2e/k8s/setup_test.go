@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/hostlease/hostlease/e2e/harness"
 )
 
@@ -31,17 +33,83 @@ var (
 // podConflist is the node's conflist; withFail puts the failplugin between
 // the bridge and the marker (the containerd #12130 chain).
 func podConflist(subnet string, withFail bool, ipamExtra map[string]any) []byte {
+	var fail map[string]any
+	if withFail {
+		fail = map[string]any{}
+	}
+	return chainConflist(subnet, fail, ipamExtra)
+}
+
+// chainConflist is [bridge(ipam hostlease), failplugin, marker]; fail is
+// the failplugin's configuration beyond its trigger files (nil: no
+// failplugin).
+func chainConflist(subnet string, fail, ipamExtra map[string]any) []byte {
 	ipam := map[string]any{"type": "hostlease", "ranges": [][]map[string]string{{{"subnet": subnet}}}, "dataDir": CNIDataDir}
 	for k, v := range ipamExtra {
 		ipam[k] = v
 	}
 	plugins := []map[string]any{{"type": "bridge", "bridge": PodBridge, "isGateway": true, "ipam": ipam}}
-	if withFail {
-		plugins = append(plugins, map[string]any{"type": "failplugin", "failAddFile": FailAddFile, "failDelFile": FailDelFile})
+	if fail != nil {
+		fp := map[string]any{"type": "failplugin", "failAddFile": FailAddFile, "failDelFile": FailDelFile}
+		for k, v := range fail {
+			fp[k] = v
+		}
+		plugins = append(plugins, fp)
 	}
 	plugins = append(plugins, map[string]any{"type": "hostlease", "dataDir": CNIDataDir})
 	b, _ := json.MarshalIndent(map[string]any{"cniVersion": "1.1.0", "name": PodNetwork, "plugins": plugins}, "", "  ")
 	return b
+}
+
+// breakChain makes the failplugin in the chain fail ADD and DEL until
+// healChain (or the end of the test).
+func breakChain(t testing.TB) {
+	t.Helper()
+	for _, f := range []string{FailAddFile, FailDelFile} {
+		if err := os.WriteFile(f, []byte("e2e: chain broken on purpose\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(healChain)
+}
+
+// healChain lets the failplugin's ADD and DEL succeed again.
+func healChain() {
+	os.Remove(FailAddFile)
+	os.Remove(FailDelFile)
+}
+
+// startCrashLoop sets up containerd #12130 in ns, undone at the end of the
+// test: a bystander pod runs (its netns keeps the runtime's netns dir in
+// use: an empty dir proves nothing, see gc.NetnsDirTrusted), then the chain
+// breaks (the failplugin, with fail as its extra configuration, fails ADD
+// and DEL) and a Deployment name of n pods starts, whose sandboxes kubelet
+// retries, each retry leaking an address.
+func startCrashLoop(t testing.TB, c *Cluster, ns, name string, n int, fail map[string]any) {
+	t.Helper()
+	apply(t, c, deployment(ns, "bystander", 1))
+	waitPodsRunning(t, c, ns, 1)
+	breakChain(t)
+	if fail == nil {
+		fail = map[string]any{}
+	}
+	if err := c.WriteConflist("10-hlk8s.conflist", chainConflist(PodSubnet, fail, nil)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		healChain()
+		deleteNamespace(t, c, ns)
+		restoreConflist(t, c)
+	})
+	apply(t, c, deployment(ns, name, n))
+}
+
+// restoreConflist puts the node's own conflist back (no failplugin).
+func restoreConflist(t testing.TB, c *Cluster) {
+	t.Helper()
+	if err := c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil)); err != nil {
+		t.Error(err)
+	}
 }
 
 // setupHostlease builds the image from make build's binaries, imports it
@@ -56,12 +124,21 @@ func setupHostlease(c *Cluster) error {
 	if err != nil {
 		return err
 	}
+	if err := importImage(c, Image, plugin, gcBin); err != nil {
+		return err
+	}
+	return c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil))
+}
+
+// importImage packs the plugin, the daemon and busybox (install-cni's shell)
+// into an OCI archive named name and imports it into the node's containerd.
+func importImage(c *Cluster, name, plugin, gcBin string) error {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		return err
 	}
-	tar := filepath.Join(Root, "hostlease-image.tar")
-	args := []string{"run", "./hack/ociimage", "-binary", gcBin, "-entry", "hostlease-gc", "-name", Image, "-o", tar,
+	tar := filepath.Join(Root, "image-"+strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
+	args := []string{"run", "./hack/ociimage", "-binary", gcBin, "-entry", "hostlease-gc", "-name", name, "-o", tar,
 		"-add", "hostlease=" + plugin, "-add", "busybox/sh=" + c.Bins.Busybox, "-env", "PATH=/busybox:/usr/bin:/bin"}
 	for _, applet := range []string{"cp", "chmod", "mv", "rm", "sync", "cat", "ls", "wget"} {
 		args = append(args, "-symlink", "busybox/"+applet+"=sh")
@@ -69,17 +146,17 @@ func setupHostlease(c *Cluster) error {
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build image: %v: %s", err, out)
+		return fmt.Errorf("build image %s: %v: %s", name, err, out)
 	}
 	if out, err := c.Ctr("images", "import", tar); err != nil {
-		return fmt.Errorf("import image: %v: %s", err, out)
+		return fmt.Errorf("import image %s: %v: %s", name, err, out)
 	}
-	return c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil))
+	return nil
 }
 
 // ensureInstalled applies the overlay (idempotent) and waits until the
 // DaemonSet's pod is Ready.
-func ensureInstalled(t *testing.T, c *Cluster) {
+func ensureInstalled(t testing.TB, c *Cluster) {
 	t.Helper()
 	root, err := harness.RepoRoot()
 	if err != nil {
@@ -112,7 +189,7 @@ func nodeReady(c *Cluster) (string, string) {
 	return st, rest
 }
 
-func waitNodeReady(t *testing.T, c *Cluster) {
+func waitNodeReady(t testing.TB, c *Cluster) {
 	t.Helper()
 	waitUntil(t, 2*time.Minute, "node Ready", func() (bool, string) {
 		st, why := nodeReady(c)
@@ -145,10 +222,13 @@ spec:
 `, ns, name, replicas, pauseImage(), NodeName)
 }
 
-// deleteNamespace deletes ns and waits until its pods are gone from CRI
-// too (their DELs ran).
-func deleteNamespace(t *testing.T, c *Cluster, ns string) {
+// deleteNamespace deletes ns and waits until it is gone and none of its
+// sandboxes is READY in CRI any more (stopping a sandbox runs its DELs;
+// kubelet removes stopped sandboxes later, in its minutely garbage
+// collection, which nothing here needs).
+func deleteNamespace(t testing.TB, c *Cluster, ns string) {
 	t.Helper()
+	t0 := time.Now()
 	if _, err := c.Kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found"); err != nil {
 		t.Errorf("delete namespace %s: %v", ns, err)
 		return
@@ -157,22 +237,23 @@ func deleteNamespace(t *testing.T, c *Cluster, ns string) {
 		_, err := c.Kubectl("get", "namespace", ns)
 		return err != nil && strings.Contains(err.Error(), "NotFound"), "still there"
 	})
-	waitUntil(t, 2*time.Minute, "sandboxes of "+ns+" gone from CRI", func() (bool, string) {
+	waitUntil(t, 2*time.Minute, "sandboxes of "+ns+" stopped", func() (bool, string) {
 		sbs, err := c.Sandboxes()
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, sb := range sbs {
-			if sb.GetMetadata().GetNamespace() == ns {
+			if sb.GetMetadata().GetNamespace() == ns && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
 				return false, "sandbox " + sb.Id + " " + sb.State.String()
 			}
 		}
 		return true, ""
 	})
+	t.Logf("namespace %s deleted in %v", ns, time.Since(t0).Round(100*time.Millisecond))
 }
 
 // fileMode returns a file's mode or fails.
-func fileMode(t *testing.T, p string) os.FileMode {
+func fileMode(t testing.TB, p string) os.FileMode {
 	t.Helper()
 	st, err := os.Stat(p)
 	if err != nil {
