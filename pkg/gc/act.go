@@ -36,22 +36,25 @@ func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []CRI
 	}
 }
 
-// act writes each store's plan and removes plugins' stale temporary stores.
-func (s *Sweeper) act(rep *SweepReport, now time.Time) {
+// cleanTemp removes plugins' stale temporary stores when the plan says so.
+func (s *Sweeper) cleanTemp(rep *SweepReport) {
 	if rep.cleanTemp {
 		// A plugin killed during a network's first use leaves its temporary
 		// store behind; nothing else removes it.
 		rep.tempRemoved, rep.tempErr = store.CleanStaleTemp(s.Opts.DataDir, store.StaleTempAge, time.Now())
 	}
-	for _, nr := range rep.Networks {
-		if !nr.readable() {
-			continue
-		}
-		if err := s.apply(nr, now); err != nil {
-			nr.Err, nr.writeFailed = err, true
-			nr.storeErrors = append(nr.storeErrors, storeError{ErrorClass(err), errnoOf(err)})
-			rep.Result = SweepStoreError
-		}
+}
+
+// act writes one network's plan (nothing when the store was not read, or
+// failed since).
+func (s *Sweeper) act(rep *SweepReport, nr *NetworkReport, now time.Time) {
+	if !nr.readable() {
+		return
+	}
+	if err := s.apply(nr, now); err != nil {
+		nr.Err, nr.writeFailed = err, true
+		nr.storeErrors = append(nr.storeErrors, storeError{ErrorClass(err), errnoOf(err)})
+		rep.Result = SweepStoreError
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // conflicts and refused sweeps (never in a dry run: `leaks` is one). The
 // metrics collector (metrics.go) takes the report after it.
 
-func (s *Sweeper) report(ctx context.Context, rep *SweepReport) {
+// reportSweep logs what concerns the whole sweep rather than one network.
+func (s *Sweeper) reportSweep(rep *SweepReport) {
 	if rep.storesErr != nil {
 		s.Log.Error("cannot list stores", "dataDir", s.Opts.DataDir, "error", rep.storesErr)
 	}
@@ -23,12 +24,14 @@ func (s *Sweeper) report(ctx context.Context, rep *SweepReport) {
 	if !rep.CRI.Complete {
 		s.Log.Warn("reclaiming nothing this sweep: CRI answer not usable", "why", rep.CRI.Why)
 	}
-	for _, nr := range rep.Networks {
-		log := s.Log.With("network", nr.Network)
-		s.reportStore(log, rep, nr)
-		if nr.swept() {
-			s.reportDecisions(ctx, log, rep, nr)
-		}
+}
+
+// report logs and posts Events for one network, after its write.
+func (s *Sweeper) report(ctx context.Context, rep *SweepReport, nr *NetworkReport) {
+	log := s.Log.With("network", nr.Network)
+	s.reportStore(log, rep, nr)
+	if nr.swept() {
+		s.reportDecisions(ctx, log, rep, nr)
 	}
 }
 

@@ -187,8 +187,15 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	settle(rep, pol, s.maxInfoWrites(), now)
 	s.rememberDryRun(rep)
 
-	s.act(rep, now)
-	s.report(ctx, rep)
+	// Act and report go network by network: a network's logs and Events
+	// follow its own write, and a daemon stopped part-way (a deleted pod)
+	// leaves the later networks exactly as observed, for the next sweep.
+	s.cleanTemp(rep)
+	s.reportSweep(rep)
+	for _, nr := range rep.Networks {
+		s.act(rep, nr, now)
+		s.report(ctx, rep, nr)
+	}
 	rep.Duration = time.Since(start)
 	if s.Metrics != nil {
 		s.Metrics.Observe(rep, time.Now())
