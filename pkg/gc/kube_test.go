@@ -27,7 +27,7 @@ func (k *Kube) waitObserved(t *testing.T, p *corev1.Pod) {
 		return // not started: its first LIST will see p
 	}
 	want, _ := trimPod(p)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(hangGuard)
 	for time.Now().Before(deadline) {
 		obj, ok, _ := k.informer.GetStore().GetByKey(p.Namespace + "/" + p.Name)
 		if ok {
@@ -39,7 +39,7 @@ func (k *Kube) waitObserved(t *testing.T, p *corev1.Pod) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("informer did not observe pod %s/%s", p.Namespace, p.Name)
+	t.Fatalf("hung: the informer did not observe pod %s/%s in %s", p.Namespace, p.Name, hangGuard)
 }
 
 func TestKubeViewFromNodeInformer(t *testing.T) {

@@ -17,8 +17,8 @@ func recv(t *testing.T, c <-chan struct{}, what string) {
 	t.Helper()
 	select {
 	case <-c:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no report after %s", what)
+	case <-time.After(hangGuard):
+		t.Fatalf("hung: no report after %s", what)
 	}
 }
 
@@ -37,7 +37,7 @@ func TestWatchNetnsDir(t *testing.T) {
 	ns := filepath.Join(dir, "cni-1")
 	// Until the watch is set up a removal is not seen: repeat create+remove
 	// until one is reported (what is asserted is that one is).
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(hangGuard)
 	for reported := false; !reported; {
 		if err := os.WriteFile(ns, nil, 0o644); err != nil {
 			t.Fatal(err)
@@ -50,7 +50,7 @@ func TestWatchNetnsDir(t *testing.T) {
 			reported = true
 		case <-time.After(50 * time.Millisecond):
 			if time.Now().After(deadline) {
-				t.Fatal("a removal in a directory made after the watch started was never reported")
+				t.Fatal("hung: a removal in a directory made after the watch started was never reported")
 			}
 		}
 	}
@@ -84,7 +84,7 @@ func TestWatchNetnsDir(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(hangGuard)
 	for reported := false; !reported; {
 		drain(c)
 		if err := os.WriteFile(ns, nil, 0o644); err != nil {
@@ -98,7 +98,7 @@ func TestWatchNetnsDir(t *testing.T) {
 			reported = true
 		case <-time.After(50 * time.Millisecond):
 			if time.Now().After(deadline) {
-				t.Fatal("after the directory was made again, removals were never reported")
+				t.Fatal("hung: after the directory was made again, removals were never reported")
 			}
 		}
 	}
@@ -124,14 +124,14 @@ func TestDaemonWakesOnNetnsRemoval(t *testing.T) {
 	leak := e.allocNetns("sb-leak", t0.Add(-time.Second), leakNs)
 	stop := runDaemon(t, d)
 
-	waitFor(t, "the start-up sweep", 5*time.Second, func() bool { return e.metric("hostlease_sweeps_total", "result", SweepOK) == 1 })
+	waitFor(t, "the start-up sweep", func() bool { return e.metric("hostlease_sweeps_total", "result", SweepOK) == 1 })
 	if e.records()[leak.IP] == nil {
 		t.Fatal("the start-up sweep reclaimed a record whose netns exists")
 	}
 	if err := os.Remove(leakNs); err != nil { // the runtime's teardown after a failed ADD
 		t.Fatal(err)
 	}
-	waitFor(t, "the woken sweep to reclaim", 10*time.Second, func() bool { return e.reclaims(ReclaimNetnsGone) == 1 })
+	waitFor(t, "the woken sweep to reclaim", func() bool { return e.reclaims(ReclaimNetnsGone) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
