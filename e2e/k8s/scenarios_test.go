@@ -437,6 +437,10 @@ func TestUpgradeAndRestart(t *testing.T) {
 			}
 		}
 		t.Logf("the new pod reclaimed %d leaks, %d of them in its first sweep", len(byNew), inFirst)
+		if inFirst < len(held) {
+			// Not a failure, but not understood yet: keep what the new pod said.
+			t.Logf("the new pod's log (a leak waited for a later sweep):\n%s", log)
+		}
 		for id := range held {
 			if !byNew[id] {
 				t.Errorf("leak %s (%s) left by the frozen daemon was not reclaimed by the new pod", isGhost[id].IP, id[:12])
