@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"strings"
 
@@ -11,15 +10,13 @@ import (
 // parseResolvConf reads nameserver, domain, search and options lines of a
 // resolv.conf file into a CNI DNS result, as host-local's resolvConf option does.
 func parseResolvConf(path string) (*types.DNS, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	dns := &types.DNS{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+	for line := range strings.Lines(string(data)) {
+		fields := strings.Fields(line)
 		if len(fields) < 2 || strings.HasPrefix(fields[0], "#") || strings.HasPrefix(fields[0], ";") {
 			continue
 		}
@@ -34,5 +31,5 @@ func parseResolvConf(path string) (*types.DNS, error) {
 			dns.Options = append(dns.Options, fields[1:]...)
 		}
 	}
-	return dns, sc.Err()
+	return dns, nil
 }

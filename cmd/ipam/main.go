@@ -12,6 +12,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
+	// One P from early initialisation: see the package's doc.
+	_ "github.com/hostlease/hostlease/internal/oneproc"
 	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 )
 

@@ -24,7 +24,7 @@ var (
 	flagDoc     = flag.String("bench.doc", "", "replace the block between <!-- bench:begin --> and <!-- bench:end --> of this markdown file with the report")
 	flagK       = flag.Int("bench.k", 200, "ADD+DEL pairs timed per plugin and occupancy point")
 	flagKHL16   = flag.Int("bench.k-hl16", 20, "ADD+DEL pairs timed for host-local at 99.9% of a /16 (each of its calls reads every reservation file)")
-	flagRounds  = flag.Int("bench.rounds", 3, "rounds of the throughput test; the latency samples are split into this many consecutive chunks to show the spread of p50")
+	flagRounds  = flag.Int("bench.rounds", 5, "rounds of the throughput test; the latency samples are split into this many consecutive chunks to show the spread of p50")
 	flagWorkers = flag.Int("bench.workers", 32, "concurrent ADD+DEL loops in the throughput test")
 	flagConcIt  = flag.Int("bench.conc-iters", 15, "ADD+DEL pairs per worker per round in the throughput test")
 	flagFillPar = flag.Int("bench.fill-par", 0, "parallel execs when filling pools through real ADDs (0: 2 x nproc)")

@@ -34,7 +34,7 @@ const (
 
 // plugin is one binary under test.
 type plugin struct {
-	name string // "static-floor", "skel-floor", "durable-floor", "skel-durable-floor", "host-local", "hostlease", "hostlease-before"
+	name string // "static-floor", "skel-floor", "durable-floor", "durable-floor-1p", "skel-durable-floor", "host-local", "hostlease", "hostlease-before"
 	kind kind
 	path string
 	size int64
@@ -50,6 +50,7 @@ var pluginSources = []struct {
 	{"static-floor", kindStaticFloor, "./test/bench/staticfloor"},
 	{"skel-floor", kindSkelFloor, "./test/bench/skelfloor"},
 	{"durable-floor", kindDurableFloor, "./test/bench/durablefloor"},
+	{"durable-floor-1p", kindDurableFloor, "./test/bench/durablefloor"},    // the same binary on one P (its name selects it); the ratios' base is the first durable floor
 	{"skel-durable-floor", kindSkelDurableFloor, "./test/bench/skelfloor"}, // the same binary: its name selects the durable writes
 	{"host-local", kindHostLocal, "github.com/containernetworking/plugins/plugins/ipam/host-local"},
 	{"hostlease", kindHostlease, "./cmd/ipam"},

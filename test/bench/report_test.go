@@ -221,6 +221,11 @@ func renderReport(in reportInput) string {
 		met = "NOT met"
 	}
 	w("\nhostlease / durable-floor: %.2f (target >= %.1f: %s); hostlease / host-local: %.2fx\n", hsm/dm, throughputTarget, met, hsm/median(in.tp.perRound[hostLocal]))
+	for i, pl := range ps {
+		if pl.name == "durable-floor-1p" {
+			w("\nhostlease / durable-floor-1p (the durable floor on one P, as hostlease runs): %.2f\n", hsm/median(in.tp.perRound[i]))
+		}
+	}
 
 	renderSweeps(w, in.sweeps, in.sweepLoad)
 	renderSweepLoad(w, in.sweepLoad)
