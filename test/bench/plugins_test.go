@@ -28,13 +28,14 @@ const (
 	kindSkelFloor                    // the same through skel and the CNI types
 	kindDurableFloor                 // the static floor plus flock and two fdatasync'ed 4 KiB pages
 	kindSkelDurableFloor             // the skel floor plus the durable floor's writes
+	kindSkelBboltFloor               // the skel floor plus one bbolt transaction per call
 	kindHostLocal                    // host-local, the plugin hostlease replaces
 	kindHostlease                    // hostlease (also a baseline build of it: -bench.before)
 )
 
 // plugin is one binary under test.
 type plugin struct {
-	name string // "static-floor", "skel-floor", "durable-floor", "durable-floor-1p", "skel-durable-floor", "host-local", "hostlease", "hostlease-before"
+	name string // "static-floor", "skel-floor", "durable-floor", "durable-floor-1p", "skel-durable-floor", "skel-bbolt-floor", "skel-bbolt-floor-1p", "host-local", "hostlease", "hostlease-before"
 	kind kind
 	path string
 	size int64
@@ -46,14 +47,17 @@ var pluginSources = []struct {
 	name string
 	kind kind
 	pkg  string
+	tags string // build tags
 }{
-	{"static-floor", kindStaticFloor, "./test/bench/staticfloor"},
-	{"skel-floor", kindSkelFloor, "./test/bench/skelfloor"},
-	{"durable-floor", kindDurableFloor, "./test/bench/durablefloor"},
-	{"durable-floor-1p", kindDurableFloor, "./test/bench/durablefloor"},    // the same binary on one P (its name selects it); the ratios' base is the first durable floor
-	{"skel-durable-floor", kindSkelDurableFloor, "./test/bench/skelfloor"}, // the same binary: its name selects the durable writes
-	{"host-local", kindHostLocal, "github.com/containernetworking/plugins/plugins/ipam/host-local"},
-	{"hostlease", kindHostlease, "./cmd/ipam"},
+	{"static-floor", kindStaticFloor, "./test/bench/staticfloor", ""},
+	{"skel-floor", kindSkelFloor, "./test/bench/skelfloor", ""},
+	{"durable-floor", kindDurableFloor, "./test/bench/durablefloor", ""},
+	{"durable-floor-1p", kindDurableFloor, "./test/bench/durablefloor", "onep"},   // on one P as hostlease; the ratios' base is the first durable floor
+	{"skel-durable-floor", kindSkelDurableFloor, "./test/bench/skelfloor", ""},    // the skel floor's binary: its name selects the durable writes
+	{"skel-bbolt-floor", kindSkelBboltFloor, "./test/bench/skelfloor", ""},        // its name selects one bbolt transaction per call
+	{"skel-bbolt-floor-1p", kindSkelBboltFloor, "./test/bench/skelfloor", "onep"}, // the same on one P as hostlease
+	{"host-local", kindHostLocal, "github.com/containernetworking/plugins/plugins/ipam/host-local", ""},
+	{"hostlease", kindHostlease, "./cmd/ipam", ""},
 }
 
 // buildPlugins builds every plugin and installs it into binDir; with
@@ -66,7 +70,7 @@ func buildPlugins(root, binDir string) ([]*plugin, error) {
 	for _, src := range pluginSources {
 		p := &plugin{name: src.name, kind: src.kind, path: filepath.Join(binDir, src.name)}
 		out := filepath.Join(built, src.name)
-		if err := build(root, src.pkg, out); err != nil {
+		if err := build(root, src.pkg, out, src.tags); err != nil {
 			return nil, err
 		}
 		if err := install(out, p.path); err != nil {

@@ -222,8 +222,12 @@ func renderReport(in reportInput) string {
 	}
 	w("\nhostlease / durable-floor: %.2f (target >= %.1f: %s); hostlease / host-local: %.2fx\n", hsm/dm, throughputTarget, met, hsm/median(in.tp.perRound[hostLocal]))
 	for i, pl := range ps {
-		if pl.name == "durable-floor-1p" {
+		switch pl.name {
+		case "durable-floor-1p":
 			w("\nhostlease / durable-floor-1p (the durable floor on one P, as hostlease runs): %.2f\n", hsm/median(in.tp.perRound[i]))
+		case "skel-bbolt-floor", "skel-bbolt-floor-1p":
+			w("\nhostlease / %s (skel and one bbolt transaction per call%s): %.2f; %s / durable-floor: %.2f\n",
+				pl.name, map[bool]string{true: ", on one P as hostlease", false: ""}[strings.HasSuffix(pl.name, "-1p")], hsm/median(in.tp.perRound[i]), pl.name, median(in.tp.perRound[i])/dm)
 		}
 	}
 

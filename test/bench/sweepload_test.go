@@ -70,7 +70,7 @@ type sweepLoadResult struct {
 // round (and swap order each round) so load from elsewhere hits both alike.
 func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepLoadResult, error) {
 	gcPath := filepath.Join(binDir, "hostlease-gc")
-	if err := build(root, "./cmd/ipam-gc", gcPath); err != nil {
+	if err := build(root, "./cmd/ipam-gc", gcPath, ""); err != nil {
 		return nil, err
 	}
 	res := &sweepLoadResult{records: *flagSweepRecords, interval: *flagSweepInterval, k: *flagSweepK, rounds: max(1, *flagSweepRounds)}
@@ -238,7 +238,7 @@ func runSweepLoad(root, dir, binDir string, hostlease *plugin, par int) (*sweepL
 // without and with a sweeping hostlease-gc, and nothing else.
 func runSweepLoadOnly(b *testing.B, root, dir, binDir, loadStart string, sampler *loadSampler) error {
 	hostlease := &plugin{name: "hostlease", kind: kindHostlease, path: filepath.Join(binDir, "hostlease")}
-	if err := build(root, "./cmd/ipam", hostlease.path); err != nil {
+	if err := build(root, "./cmd/ipam", hostlease.path, ""); err != nil {
 		return err
 	}
 	par := *flagFillPar

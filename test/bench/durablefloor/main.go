@@ -4,30 +4,19 @@
 // ipam.dataDir, write and fdatasync two 4 KiB pages in order). No CNI
 // library and no JSON decoding.
 //
-// Installed as "durable-floor-1p" it runs on one P from its initialisation, as
-// hostlease does (internal/oneproc): what that runtime setting alone is worth
-// to the floor, so that hostlease's figures against the durable floor can be
-// read with and without it.
+// Built with -tags onep (as "durable-floor-1p") it runs on one P from early
+// initialisation, as hostlease does (internal/oneproc, onep.go): what that
+// runtime setting alone is worth to the floor, so that hostlease's figures
+// against the durable floor can be read with and without it.
 package main
 
 import (
 	"io"
 	"os"
-	"path/filepath"
-	"runtime"
 
 	"github.com/hostlease/hostlease/test/bench/floorcommit"
 	"github.com/hostlease/hostlease/test/bench/floorresult"
 )
-
-// onePName is the name under which the binary runs on one P.
-const onePName = "durable-floor-1p"
-
-func init() {
-	if filepath.Base(os.Args[0]) == onePName {
-		runtime.GOMAXPROCS(1)
-	}
-}
 
 func main() {
 	conf, err := io.ReadAll(os.Stdin)

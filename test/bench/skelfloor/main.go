@@ -9,6 +9,13 @@
 // makes each ADD and DEL durable the way the durable floor does
 // (../floorcommit), the least a crash-safe IPAM plugin on the CNI libraries
 // can cost. What hostlease costs above that is its config, store and policy.
+//
+// Installed as "skel-bbolt-floor" it commits each call through bbolt instead
+// (floorcommit.BoltCommit: one key put or deleted in one transaction): the
+// least a plugin on the CNI libraries keeping its state in bbolt can cost.
+// Built with -tags onep it runs on one P from early initialisation, as
+// hostlease does (onep.go); the benchmark installs that build as
+// "skel-bbolt-floor-1p".
 package main
 
 import (
@@ -16,6 +23,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -25,8 +33,23 @@ import (
 	"github.com/hostlease/hostlease/test/bench/floorcommit"
 )
 
-// durableName is the name under which the binary is the skel-durable floor.
-const durableName = "skel-durable-floor"
+// Names under which the binary commits each call: the skel-durable floor
+// (two pages written and fdatasync'ed) and the skel-bbolt floor (a bbolt
+// transaction).
+const (
+	durableName = "skel-durable-floor"
+	boltName    = "skel-bbolt-floor"
+)
+
+// commitMode is how a call is made durable: not at all (the skel floor),
+// or as one of the floors named above.
+type commitMode int
+
+const (
+	noCommit commitMode = iota
+	durableCommit
+	boltCommit
+)
 
 // netConf is the part of the config the floor reads.
 type netConf struct {
@@ -36,26 +59,36 @@ type netConf struct {
 	} `json:"ipam"`
 }
 
-// call decodes the config and, as the skel-durable floor, commits the call
-// durably.
-func call(args *skel.CmdArgs, verb string, durable bool) (*netConf, error) {
+// call decodes the config and, as a durable floor, commits the call.
+func call(args *skel.CmdArgs, verb string, mode commitMode) (*netConf, error) {
 	var conf netConf
 	if err := json.Unmarshal(args.StdinData, &conf); err != nil {
 		return nil, err
 	}
-	if durable {
-		if err := floorcommit.Commit(conf.IPAM.DataDir, verb, args.ContainerID); err != nil {
-			return nil, types.NewError(types.ErrIOFailure, err.Error(), "")
-		}
+	var err error
+	switch mode {
+	case durableCommit:
+		err = floorcommit.Commit(conf.IPAM.DataDir, verb, args.ContainerID)
+	case boltCommit:
+		err = floorcommit.BoltCommit(conf.IPAM.DataDir, verb, args.ContainerID)
+	}
+	if err != nil {
+		return nil, types.NewError(types.ErrIOFailure, err.Error(), "")
 	}
 	return &conf, nil
 }
 
 func main() {
-	durable := filepath.Base(os.Args[0]) == durableName
+	mode := noCommit
+	switch strings.TrimSuffix(filepath.Base(os.Args[0]), "-1p") {
+	case durableName:
+		mode = durableCommit
+	case boltName:
+		mode = boltCommit
+	}
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add: func(args *skel.CmdArgs) error {
-			conf, err := call(args, "ADD", durable)
+			conf, err := call(args, "ADD", mode)
 			if err != nil {
 				return err
 			}
@@ -68,7 +101,7 @@ func main() {
 			}, conf.CNIVersion)
 		},
 		Del: func(args *skel.CmdArgs) error {
-			_, err := call(args, "DEL", durable)
+			_, err := call(args, "DEL", mode)
 			return err
 		},
 		Check:  func(*skel.CmdArgs) error { return nil },
