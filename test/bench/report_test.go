@@ -128,7 +128,7 @@ func renderReport(in reportInput) string {
 	w("Each point: hold N addresses, then K times {ADD a new container; DEL it}, every call timed from fork to exit; the plugins take turns call pair by call pair. ")
 	w("The floors hold no addresses: *static-floor* reads stdin and prints a fixed result (no CNI library); *skel-floor* does the same through `skel` and the CNI types; ")
 	w("*durable-floor* is the static floor plus what any crash-safe IPAM must pay: flock a file, write and fdatasync two 4 KiB pages; ")
-	w("*skel-durable-floor* is the skel floor plus those writes: the least a crash-safe plugin on the CNI libraries can cost.\n\n")
+	w("*skel-durable-floor* is the skel floor plus those writes: the least a crash-safe plugin on the CNI libraries can cost; *skel-bbolt-floor* is the skel floor plus one bbolt transaction (one key put or deleted): the least a plugin on skel and bbolt can cost; the *-1p* floors are the same binaries on one P from early initialisation, as hostlease runs.\n\n")
 	for _, verb := range []string{"ADD", "DEL"} {
 		w("%s:\n\n", verb)
 		header([]string{"occupancy", "held", "K (in this order)"}, names)
