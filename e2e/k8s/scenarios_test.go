@@ -418,34 +418,40 @@ func TestUpgradeAndRestart(t *testing.T) {
 			return n == 0, itoa(n) + " still held"
 		})
 		// The new pod finished the job: it reclaimed exactly what the frozen
-		// daemon left (usually all in its first sweep; once in three runs one
-		// record came a sweep later, so the sweep is logged, not asserted).
-		log, err := c.Kubectl("-n", SysNamespace, "logs", newPod, "-c", "hostlease-gc")
-		if err != nil {
-			t.Fatal(err)
-		}
-		byNew, sweeps, inFirst := map[string]bool{}, 0, 0
-		for _, l := range strings.Split(log, "\n") {
-			if strings.Contains(l, `msg="sweep finished"`) {
-				sweeps++
+		// daemon left. A sweep reports a network after committing its
+		// reclaims, one log line and one Event per address, and Events are
+		// rate-limited (client-go's 5 QPS): the store can be empty while the
+		// last lines of the report are still to come. So wait for the log to
+		// name every leak the frozen daemon left (or time out with the log
+		// kept) before judging it.
+		var log string
+		var byNew map[string]bool
+		var sweeps, inFirst int
+		waitUntil(t, 2*time.Minute, "the new pod's log to report every leak the frozen daemon left", func() (bool, string) {
+			out, err := c.Kubectl("-n", SysNamespace, "logs", newPod, "-c", "hostlease-gc")
+			if err != nil {
+				return false, err.Error()
 			}
-			if strings.Contains(l, `msg="reclaimed address"`) {
-				byNew[logfmtValue(l, "sandbox")] = true
-				if sweeps == 0 {
-					inFirst++
+			log, byNew, sweeps, inFirst = out, map[string]bool{}, 0, 0
+			for _, l := range strings.Split(log, "\n") {
+				if strings.Contains(l, `msg="sweep finished"`) {
+					sweeps++
+				}
+				if strings.Contains(l, `msg="reclaimed address"`) {
+					byNew[logfmtValue(l, "sandbox")] = true
+					if sweeps == 0 {
+						inFirst++
+					}
 				}
 			}
-		}
-		t.Logf("the new pod reclaimed %d leaks, %d of them in its first sweep", len(byNew), inFirst)
-		if inFirst < len(held) {
-			// Not a failure, but not understood yet: keep what the new pod said.
-			t.Logf("the new pod's log (a leak waited for a later sweep):\n%s", log)
-		}
-		for id := range held {
-			if !byNew[id] {
-				t.Errorf("leak %s (%s) left by the frozen daemon was not reclaimed by the new pod", isGhost[id].IP, id[:12])
+			for id := range held {
+				if !byNew[id] {
+					return false, "no reclaim logged for " + isGhost[id].IP + "\n" + log
+				}
 			}
-		}
+			return true, ""
+		})
+		t.Logf("the new pod reclaimed %d leaks, %d of them in its first sweep", len(byNew), inFirst)
 		for id := range byNew {
 			if !held[id] {
 				t.Errorf("the new pod reclaimed sandbox %s, which was not left to it", id)
