@@ -1,7 +1,6 @@
 package floorcommit
 
 import (
-	"os"
 	"path/filepath"
 	"syscall"
 
@@ -17,17 +16,11 @@ import (
 // fdatasync). No index, no record encoding, no policy: what hostlease costs
 // above it is its own store layout and logic.
 func BoltCommit(dataDir, verb, containerID string) error {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return err
-	}
-	lock, err := syscall.Open(filepath.Join(dataDir, "bolt-floor.lock"), syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+	lock, err := openLocked(dataDir, "bolt-floor.lock")
 	if err != nil {
 		return err
 	}
 	defer syscall.Close(lock) // also releases the lock
-	if err := syscall.Flock(lock, syscall.LOCK_EX); err != nil {
-		return err
-	}
 	db, err := bolt.Open(filepath.Join(dataDir, "bolt-floor.db"), 0o600, nil)
 	if err != nil {
 		return err

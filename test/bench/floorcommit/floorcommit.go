@@ -20,17 +20,11 @@ const pageSize = 4096
 // syncs of a copy-on-write commit such as bbolt's — and releases the lock.
 // The pages hold the verb and container ID, so every call writes new bytes.
 func Commit(dataDir, verb, containerID string) error {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return err
-	}
-	fd, err := syscall.Open(filepath.Join(dataDir, "durable-floor.db"), syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+	fd, err := openLocked(dataDir, "durable-floor.db")
 	if err != nil {
 		return err
 	}
 	defer syscall.Close(fd) // also releases the lock
-	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
-		return err
-	}
 	var page [pageSize]byte
 	copy(page[:], verb+" "+containerID)
 	// The data page first, made durable, then the page that commits it.
@@ -60,4 +54,22 @@ func DataDir(conf []byte) string {
 		return ""
 	}
 	return string(rest[:j])
+}
+
+// openLocked opens (creating it and dataDir if need be) <dataDir>/name and
+// waits in the kernel for an exclusive flock on it; closing the fd releases
+// the lock.
+func openLocked(dataDir, name string) (int, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return -1, err
+	}
+	fd, err := syscall.Open(filepath.Join(dataDir, name), syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return -1, err
+	}
+	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
