@@ -5,11 +5,12 @@
 // goroutine's worth of work and spends much of its life blocked in flock(2)
 // and fdatasync(2). With the default of one P per CPU, a P blocked in a system
 // call is not handed off while another P is idle (for up to 10 ms), and all
-// that time sysmon wakes every 20-40 us to look at it; with one P the blocked
-// P is handed off at sysmon's first look and sysmon then sleeps until the call
-// returns. In a burst of pod starts (32 plugins at once on 2 CPUs, each waiting
-// tens of milliseconds for the store lock) that polling costs each call about
-// 30 wake-ups and 0.2 ms of CPU (docs/benchmarks.md, "One P").
+// that time sysmon wakes to look at it (every 20 us for the first
+// millisecond, then at doubling intervals); with one P the blocked P is
+// handed off at sysmon's first look and sysmon then sleeps until the call
+// returns. In a burst of pod starts (32 plugins at once on 2 CPUs, each
+// waiting tens of milliseconds for the store lock) one P saves each call
+// about 30 wake-ups and 0.35 ms of CPU (docs/benchmarks.md, "One P").
 //
 // The setting is made in an init function rather than in main so that the
 // packages initialised after it (the CNI libraries', encoding/json's, ...)

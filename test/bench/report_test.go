@@ -226,8 +226,11 @@ func renderReport(in reportInput) string {
 		case "durable-floor-1p":
 			w("\nhostlease / durable-floor-1p (the durable floor on one P, as hostlease runs): %.2f\n", hsm/median(in.tp.perRound[i]))
 		case "skel-bbolt-floor", "skel-bbolt-floor-1p":
-			w("\nhostlease / %s (skel and one bbolt transaction per call%s): %.2f; %s / durable-floor: %.2f\n",
-				pl.name, map[bool]string{true: ", on one P as hostlease", false: ""}[strings.HasSuffix(pl.name, "-1p")], hsm/median(in.tp.perRound[i]), pl.name, median(in.tp.perRound[i])/dm)
+			what := "skel and one bbolt transaction per call"
+			if strings.HasSuffix(pl.name, "-1p") {
+				what += ", on one P as hostlease"
+			}
+			w("\nhostlease / %s (%s): %.2f; %s / durable-floor: %.2f\n", pl.name, what, hsm/median(in.tp.perRound[i]), pl.name, median(in.tp.perRound[i])/dm)
 		}
 	}
 

@@ -11,7 +11,7 @@ import (
 // before the packages that allocate at init: the CNI libraries, encoding/json,
 // bbolt and hostlease's own. Moved after them (into main, say), resizing costs
 // ~20 more page faults per exec; dropped, every call in a burst of pod starts
-// costs ~0.2 ms more CPU (docs/benchmarks.md, "One P").
+// costs ~0.35 ms more CPU (docs/benchmarks.md, "One P").
 func TestPluginRunsOnOnePFromEarlyInit(t *testing.T) {
 	cmd := exec.Command(hostleaseBin())
 	cmd.Env = []string{"CNI_COMMAND=VERSION", "GODEBUG=inittrace=1"}
