@@ -7,6 +7,7 @@
 package main
 
 import (
+	"log"
 	"os"
 	"path/filepath"
 
@@ -27,11 +28,22 @@ func main() {
 	if name := filepath.Base(os.Args[0]); name != "hostlease" && name != "host-local" && name != "." {
 		netconf.MarkerTypes = append(netconf.MarkerTypes, name)
 	}
-	skel.PluginMainFuncs(skel.CNIFuncs{
+	netnsCheck := takeOverNetnsCheck()
+	e := skel.PluginMainFuncsWithError(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,
 		Check:  cmdCheck,
 		GC:     cmdGC,
 		Status: cmdStatus,
 	}, version.All, "hostlease "+buildVersion+" (CNI IPAM, host-local compatible)")
+	if e == nil && netnsCheck != nil {
+		e = netnsCheck()
+	}
+	if e != nil {
+		// As skel.PluginMainFuncs: the error as JSON on stdout, exit 1.
+		if err := e.Print(); err != nil {
+			log.Print("Error writing error JSON to stdout: ", err)
+		}
+		os.Exit(1)
+	}
 }
