@@ -36,6 +36,10 @@ type Daemon struct {
 	// (tests wait on it instead of sleeping).
 	kickPolled func()
 
+	// httpShed counts connections the listener closed to stay within
+	// --http-max-connections.
+	httpShed prometheus.Counter
+
 	lastSweep atomic.Int64 // unix nanos of the last finished sweep
 	ready     atomic.Bool  // a sweep has reached CRI
 }
@@ -56,11 +60,14 @@ func NewDaemon(o *Options, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	shed := prometheus.NewCounter(prometheus.CounterOpts{Name: "hostlease_http_connections_shed_total",
+		Help: "Connections of the metrics listener closed to make room for a new one (--http-max-connections was reached)."})
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), shed)
 	return &Daemon{
 		Sweeper:  &Sweeper{Opts: o, CRI: cri, Kube: kube, Metrics: NewMetrics(reg), Log: log},
 		Registry: reg,
 		kickPoll: time.Second,
+		httpShed: shed,
 	}, nil
 }
 
@@ -73,8 +80,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		onShed := func() {}
+		if d.httpShed != nil {
+			onShed = d.httpShed.Inc
+		}
+		srv, limit := newHTTPServer(d.Handler(), o.HTTP, onShed)
+		go func() { _ = srv.Serve(limit(ln)) }()
 		defer srv.Close()
 		d.Sweeper.Log.Info("serving metrics", "addr", ln.Addr().String())
 	}
@@ -135,11 +146,12 @@ func (d *Daemon) sweep(ctx context.Context, why string) {
 		"reclaimed", reclaimed, "duration", rep.Duration)
 }
 
-// Handler serves /metrics; /healthz fails when no sweep finished for three
-// intervals (a wedged loop); /readyz succeeds once a sweep reached CRI.
+// Handler serves /metrics (at most metricsInFlight at once, 503 beyond);
+// /healthz fails when no sweep finished for three intervals (a wedged loop);
+// /readyz succeeds once a sweep reached CRI.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{MaxRequestsInFlight: metricsInFlight}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		last := time.Unix(0, d.lastSweep.Load())
 		if d.lastSweep.Load() != 0 && time.Since(last) > 3*d.Sweeper.Opts.Interval+2*criTimeout {

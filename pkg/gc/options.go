@@ -21,11 +21,13 @@ type Options struct {
 	MaxReclaimFraction float64
 	DryRun             bool
 	MetricsAddr        string
-	NodeName           string
-	Kubeconfig         string
-	NoAPI              bool
-	LogFormat          string
-	NetnsDir           string
+	// HTTP bounds the listener at MetricsAddr.
+	HTTP       HTTPLimits
+	NodeName   string
+	Kubeconfig string
+	NoAPI      bool
+	LogFormat  string
+	NetnsDir   string
 	// ProcDir is where the kernel's /proc is visible; the node's boot time
 	// is read from its stat file (btime).
 	ProcDir string
@@ -73,6 +75,12 @@ func RegisterRunFlags(fs *flag.FlagSet) *Options {
 	fs.Float64Var(&o.MaxReclaimFraction, "max-reclaim-fraction", DefaultMaxReclaimFraction, "refuse a sweep that would reclaim, without proof of death, more than this fraction of the records a network holds (0 < f <= 1; at least one record is always allowed)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be reclaimed and change nothing")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty disables)")
+	fs.IntVar(&o.HTTP.MaxConns, "http-max-connections", DefaultHTTPMaxConns, "connections the metrics listener holds at most; beyond, the one waiting longest (idle, or still sending its header) is closed to make room")
+	fs.DurationVar(&o.HTTP.ReadHeaderTimeout, "http-read-header-timeout", DefaultHTTPReadHeaderTimeout, "close a metrics-listener connection whose request header is not complete in this time")
+	fs.DurationVar(&o.HTTP.ReadTimeout, "http-read-timeout", DefaultHTTPReadTimeout, "time to read a whole request on the metrics listener")
+	fs.DurationVar(&o.HTTP.WriteTimeout, "http-write-timeout", DefaultHTTPWriteTimeout, "time from a request's header to the end of its response on the metrics listener")
+	fs.DurationVar(&o.HTTP.IdleTimeout, "http-idle-timeout", DefaultHTTPIdleTimeout, "close a keep-alive connection of the metrics listener idle for this long")
+	fs.IntVar(&o.HTTP.MaxHeaderBytes, "http-max-header-bytes", DefaultHTTPMaxHeaderBytes, "largest request header the metrics listener reads")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (downward API); needed for Kubernetes vetoes and Events")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig path; empty means in-cluster config")
 	fs.BoolVar(&o.NoAPI, "no-api", false, "run without a Kubernetes API server (no vetoes, no Events)")
@@ -105,6 +113,9 @@ func (o *Options) Validate() error {
 	if err := checkWait("netns-grace", o.NetnsGrace); err != nil {
 		return err
 	}
+	if err := o.HTTP.validate(); err != nil {
+		return err
+	}
 	f := o.MaxReclaimFraction
 	switch {
 	case math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 || f > 1:
@@ -117,6 +128,31 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--cri-endpoint must not be empty")
 	case o.DataDir == "":
 		return fmt.Errorf("--data-dir must not be empty")
+	}
+	return nil
+}
+
+// validate reports the first HTTP limit flag with an unusable value. A zero
+// or negative timeout would mean "none" to net/http: not a limit.
+func (l HTTPLimits) validate() error {
+	if l.MaxConns < 1 || l.MaxConns > MaxHTTPConns {
+		return fmt.Errorf("--http-max-connections must be between 1 and %d, got %d", MaxHTTPConns, l.MaxConns)
+	}
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"http-read-header-timeout", l.ReadHeaderTimeout},
+		{"http-read-timeout", l.ReadTimeout},
+		{"http-write-timeout", l.WriteTimeout},
+		{"http-idle-timeout", l.IdleTimeout},
+	} {
+		if t.d <= 0 || t.d > MaxHTTPTimeout {
+			return fmt.Errorf("--%s must be more than 0s and at most %s, got %s", t.name, MaxHTTPTimeout, t.d)
+		}
+	}
+	if l.MaxHeaderBytes < MinHTTPMaxHeaderBytes || l.MaxHeaderBytes > MaxHTTPMaxHeaderBytes {
+		return fmt.Errorf("--http-max-header-bytes must be between %d and %d, got %d", MinHTTPMaxHeaderBytes, MaxHTTPMaxHeaderBytes, l.MaxHeaderBytes)
 	}
 	return nil
 }

@@ -60,6 +60,17 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--cri-endpoint", ""}, "--cri-endpoint"},
 		{[]string{"--data-dir", ""}, "--data-dir"},
+		{[]string{"--http-max-connections", "0"}, "--http-max-connections"},
+		{[]string{"--http-max-connections", "1"}, ""},
+		{[]string{"--http-max-connections", "65537"}, "--http-max-connections"},
+		{[]string{"--http-read-header-timeout", "0s"}, "--http-read-header-timeout"},
+		{[]string{"--http-read-timeout", "-1s"}, "--http-read-timeout"},
+		{[]string{"--http-write-timeout", "11m"}, "--http-write-timeout"},
+		{[]string{"--http-idle-timeout", "0s"}, "--http-idle-timeout"},
+		{[]string{"--http-idle-timeout", "10m"}, ""},
+		{[]string{"--http-max-header-bytes", "1023"}, "--http-max-header-bytes"},
+		{[]string{"--http-max-header-bytes", "1048577"}, "--http-max-header-bytes"},
+		{[]string{"--http-max-header-bytes", "1024"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -87,7 +98,8 @@ func TestOptionsDefaults(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o.NetnsGrace != 0 || o.MaxReclaimFraction != DefaultMaxReclaimFraction || o.ProcDir != "/proc" || o.NetnsDir != DefaultNetnsDir {
+	if o.NetnsGrace != 0 || o.MaxReclaimFraction != DefaultMaxReclaimFraction || o.ProcDir != "/proc" || o.NetnsDir != DefaultNetnsDir ||
+		o.HTTP != (HTTPLimits{}).withDefaults() {
 		t.Fatalf("defaults: %+v", o)
 	}
 }
