@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -187,6 +188,29 @@ func TestDaemonSet(t *testing.T) {
 				return true
 			}() {
 				t.Errorf("NODE_NAME does not come from the downward API spec.nodeName")
+			}
+
+			// Memory: GOMEMLIMIT (bytes or a KiB/MiB/GiB suffix, as the Go
+			// runtime reads it) leaves headroom below the container's limit.
+			limit := gcC.Resources.Limits.Memory()
+			goLimit := int64(-1)
+			for _, e := range gcC.Env {
+				if e.Name != "GOMEMLIMIT" {
+					continue
+				}
+				if e.ValueFrom != nil {
+					t.Errorf("GOMEMLIMIT comes from %+v: it must be a value below limits.memory, not the limit itself", e.ValueFrom)
+					continue
+				}
+				goLimit = goMemLimit(t, e.Value)
+			}
+			switch {
+			case limit == nil || limit.IsZero():
+				t.Errorf("hostlease-gc has no memory limit")
+			case goLimit < 0:
+				t.Errorf("hostlease-gc has no GOMEMLIMIT")
+			case goLimit < limit.Value()/2 || goLimit > limit.Value()*9/10:
+				t.Errorf("GOMEMLIMIT %d bytes is not between 50%% and 90%% of limits.memory %s", goLimit, limit)
 			}
 
 			// Scheduling.
@@ -376,4 +400,25 @@ func TestDockerfile(t *testing.T) {
 	if last := froms[len(froms)-1][1]; !strings.HasPrefix(last, "gcr.io/distroless/static") || !strings.Contains(last, ":debug") {
 		t.Errorf("final stage %s: install-cni needs busybox at /busybox (distroless static debug)", last)
 	}
+}
+
+// goMemLimit parses a GOMEMLIMIT value as the Go runtime does (a byte count
+// with an optional B, KiB, MiB, GiB or TiB suffix).
+func goMemLimit(t *testing.T, v string) int64 {
+	t.Helper()
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = rest, u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		t.Fatalf("GOMEMLIMIT %q: not a size the Go runtime reads", v)
+	}
+	return n * mult
 }
