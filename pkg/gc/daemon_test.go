@@ -302,7 +302,7 @@ func TestNewDaemonWithoutRuntime(t *testing.T) {
 	dir := t.TempDir()
 	o := &Options{CRIEndpoint: "unix://" + filepath.Join(dir, "no.sock"), DataDir: dir, Interval: time.Hour, Misses: 3,
 		Grace: 2 * time.Minute, MinAge: 5 * time.Minute, NetnsGrace: 30 * time.Second, MaxReclaimFraction: 0.5,
-		NoAPI: true, LogFormat: "text", NetnsDir: dir}
+		NoAPI: true, LogFormat: "text", NetnsDir: dir, HTTP: HTTPLimits{}.withDefaults()}
 	d, err := NewDaemon(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

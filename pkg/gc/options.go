@@ -21,7 +21,8 @@ type Options struct {
 	MaxReclaimFraction float64
 	DryRun             bool
 	MetricsAddr        string
-	// HTTP bounds the listener at MetricsAddr.
+	// HTTP bounds the listener at MetricsAddr. Validate refuses zero
+	// fields (net/http reads a zero timeout as none).
 	HTTP       HTTPLimits
 	NodeName   string
 	Kubeconfig string

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,15 @@ func netnsKinds() []netnsKind {
 				t.Fatal(err)
 			}
 			return l
+		}},
+		{name: "unix socket", make: func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "sock")
+			ln, err := net.Listen("unix", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			return p
 		}},
 		{name: "character device", make: func(*testing.T, string) string { return "/dev/null" }},
 		{name: "directory", make: func(t *testing.T, dir string) string {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,11 +24,13 @@ import (
 // descriptors, must not stop its sweeps or keep the kubelet's liveness probe
 // out, and everything must be released when the flood ends.
 const (
-	floodIdle = 3000 // keep-alive connections idle after one request
-	floodSlow = 1000 // connections sending their header a byte at a time
+	floodClients = 4000 // a quarter slow-header, the rest idle keep-alive
+	// floodFdReserve is what the test process keeps of its descriptor limit
+	// for everything but the flood.
+	floodFdReserve = 512
 	// floodRedial is how long a flood client whose connection the daemon
-	// closed waits before it connects again: the flood stays in place
-	// (thousands of connections trying) without becoming a connect storm.
+	// closed waits before it connects again: thousands of connections keep
+	// trying for the whole flood, each client at a bounded rate.
 	floodRedial = time.Second
 	// floodProbes is how many liveness probes are made during the flood.
 	floodProbes = 12
@@ -54,9 +57,10 @@ func TestListenerHoldsUnderFlood(t *testing.T) {
 	before := readProc(t, pid)
 	t.Logf("before the flood: RSS %d KiB (peak %d KiB), %d fds", before.rss>>10, before.hwm>>10, before.fds)
 
+	idle, slow := floodSize(t)
 	fds := &fdWatch{pid: pid}
 	fds.start()
-	f := startFlood(d.Addr)
+	f := startFlood(d.Addr, idle, slow)
 	stopped := false
 	stopFlood := func() {
 		if !stopped {
@@ -70,7 +74,7 @@ func TestListenerHoldsUnderFlood(t *testing.T) {
 	// has been answered or shed.
 	eventually(t, "every flood client connected", func() (bool, string) {
 		c := f.connected.Load()
-		return c >= floodIdle+floodSlow, fmt.Sprintf("%d of %d flood clients connected", c, floodIdle+floodSlow)
+		return c >= int64(idle+slow), fmt.Sprintf("%d of %d flood clients connected", c, idle+slow)
 	})
 
 	// A leak made during the flood is reclaimed: sweeps go on.
@@ -123,6 +127,34 @@ func TestListenerHoldsUnderFlood(t *testing.T) {
 		t.Errorf("/healthz after the flood: %d %v", code, err)
 	}
 	d.stopClean()
+}
+
+// floodSize is the flood's idle and slow-header clients: floodClients, or
+// fewer if the test process's descriptor limit, raised to its hard limit
+// (for this process only), cannot hold them.
+func floodSize(t *testing.T) (idle, slow int) {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := floodClients
+	if room := int(min(lim.Cur, 1<<20)) - floodFdReserve; room < n {
+		n = room
+	}
+	if n < 4*gc.DefaultHTTPMaxConns {
+		t.Skipf("descriptor limit %d leaves room for %d flood connections, under 4 x --http-max-connections", lim.Cur, n)
+	}
+	if n < floodClients {
+		t.Logf("descriptor limit %d: flooding with %d connections instead of %d", lim.Cur, n, floodClients)
+	}
+	return n - n/4, n / 4
 }
 
 // Client addresses on loopback: the flood connects from 127.0.0.1, the
@@ -215,8 +247,7 @@ func (w *fdWatch) stop() int {
 	return int(w.peak.Load())
 }
 
-// flood runs floodIdle idle keep-alive clients and floodSlow slow-header
-// clients against addr (loopback) until stop. Each keeps one connection
+// flood runs idle keep-alive clients and slow-header clients against addr (loopback) until stop. Each keeps one connection
 // open; when the daemon closes it, the client connects again after
 // floodRedial.
 type flood struct {
@@ -231,11 +262,10 @@ type flood struct {
 	conns map[net.Conn]bool
 }
 
-func startFlood(addr string) *flood {
+func startFlood(addr string, idle, slow int) *flood {
 	f := &flood{addr: addr, done: make(chan struct{}), conns: map[net.Conn]bool{}}
-	for i := range floodIdle + floodSlow {
-		slow := i >= floodIdle
-		f.wg.Go(func() { f.client(slow) })
+	for i := range idle + slow {
+		f.wg.Go(func() { f.client(i >= idle) })
 	}
 	return f
 }
