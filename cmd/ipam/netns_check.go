@@ -16,7 +16,9 @@ import (
 // opening CNI_NETNS read-only with a blocking open(2) (vishvananda/netns
 // GetFromPath): a FIFO without a writer, or a device whose open waits (a
 // serial line), keeps the plugin from ever exiting after its work is done and
-// its result printed. The check's answers are: the path cannot be opened → no
+// its result printed. host-local built with the same skel (plugins v1.9.1,
+// as pinned) hangs the same way; skel before cni v1.2 had no such check. The
+// check's answers are: the path cannot be opened → no
 // objection (DEL of a deleted netns must succeed); it is the plugin's own
 // namespace → error 8 (ErrInvalidNetNS) after the verb; anything else → no
 // objection. takeOverNetnsCheck gives the same answers from an O_PATH open,
