@@ -18,9 +18,11 @@ import (
 // Anything else (older versions, interfaces, rarer route fields) goes to
 // types.PrintResult. TestPrintResultMatchesCNI compares the two.
 func printResult(r *current.Result, cniVersion string) error {
-	if b, ok := encodeResult(r, cniVersion); ok {
-		_, err := os.Stdout.Write(b)
-		return err
+	if fastEncode {
+		if b, ok := encodeResult(r, cniVersion); ok {
+			_, err := os.Stdout.Write(b)
+			return err
+		}
 	}
 	return types.PrintResult(r, cniVersion)
 }

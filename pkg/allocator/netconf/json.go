@@ -167,8 +167,10 @@ func fromIP(ip net.IP) netip.Addr {
 // common case, see decodeFast), else by json.Unmarshal. On error it also
 // returns what json.Unmarshal decoded before it stopped, for failedField.
 func decode(stdin []byte) (*confJSON, error) {
-	if p, ok := decodeFast(stdin); ok {
-		return p, nil
+	if fastDecode {
+		if p, ok := decodeFast(stdin); ok {
+			return p, nil
+		}
 	}
 	p := &confJSON{}
 	if err := json.Unmarshal(stdin, p); err != nil {
