@@ -2,5 +2,5 @@
 
 package main
 
-// fastEncode: built with -tags nofastencode, every result goes to types.PrintResult.
+// fastEncode is off: see fast_on.go.
 const fastEncode = false

@@ -2,5 +2,5 @@
 
 package netconf
 
-// fastDecode: built with -tags nofastdecode, every config goes to json.Unmarshal.
+// fastDecode is off: see fast_on.go.
 const fastDecode = false

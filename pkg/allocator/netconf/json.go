@@ -40,9 +40,10 @@ type (
 		ipamNull bool
 	}
 	argsJSON struct {
-		CNI *struct {
-			IPs []*addrArg `json:"ips"`
-		} `json:"cni"`
+		CNI *cniArgsJSON `json:"cni"`
+	}
+	cniArgsJSON struct {
+		IPs []*addrArg `json:"ips"`
 	}
 	runtimeConfJSON struct {
 		IPRanges []rangeSetJSON `json:"ipRanges"`
