@@ -16,9 +16,11 @@ import (
 // (to drop an empty "dns") and marshals that again, all through reflection
 // whose per-type caches every exec builds from nothing. Measured gain (make
 // bench, the same code built with -tags nofastencode interleaved,
-// docs/benchmarks.md "Fast paths"): 8-14 % of an ADD's CPU time (~0.13 ms of
-// ~1.7 ms; a DEL, which prints nothing, 0.99-1.05), every chunk of the run
-// above 1.0; the wall-time gain is within the shared machine's noise.
+// docs/benchmarks.md "Fast paths", three runs): 4-14 % of an ADD's CPU time
+// (0.09-0.17 ms of ~2 ms) at every occupancy, the least of any run's time
+// chunks 0.96 (a DEL, which prints nothing: 0.98-1.05); its wall-time gain
+// alone is within the shared machine's noise (with the reader's, 14-24 % of
+// an ADD's p50).
 // Anything else (older versions, interfaces, rarer route fields) goes to
 // types.PrintResult. TestPrintResultMatchesCNI compares the two, and
 // test/differential an ADD's bytes with host-local's.

@@ -16,9 +16,10 @@ import (
 // every pod start and stop, and a cold json.Unmarshal into these types builds
 // its per-type caches in every process. Measured gain (make bench, the same
 // code built with -tags nofastdecode interleaved, docs/benchmarks.md "Fast
-// paths"): 4-12 % of an ADD's CPU time and 8-10 % of a DEL's (~0.13 ms of
-// ~1.7 ms), every chunk of the run above 1.0 but one at 0.99; the wall-time
-// gain is within the shared machine's noise.
+// paths", three runs): 4-13 % of an ADD's CPU time and 4-12 % of a DEL's
+// (0.09-0.17 ms of ~2 ms) at every occupancy, the least of any run's time
+// chunks 0.98; its wall-time gain alone is within the shared machine's noise
+// (with the encoder's, 14-24 % of an ADD's p50).
 //
 // Contract: when it returns true, its result is deeply equal to json.Unmarshal's
 // and json.Unmarshal returns no error. It takes only the paths on which that
