@@ -18,7 +18,8 @@ import (
 // logWith returns a logger writing to stderr (which runtimes keep in their
 // logs) with attrs on every line. It is made only when there is something to
 // log: most calls log nothing, and slog formats a logger's attributes as soon
-// as it is made, which would cost every exec.
+// as it is made, which would cost every exec (measured 44 us of CPU per DEL
+// that logs nothing, d8bbcda).
 func logWith(attrs ...any) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With(append([]any{"plugin", "hostlease"}, attrs...)...)
 }

@@ -31,6 +31,7 @@ var (
 	flagSkip16  = flag.Bool("bench.skip16", false, "skip the 99.9% of a /16 point (quick runs)")
 	flagDir     = flag.String("bench.dir", "", "parent of the temporary state dir (default /var/lib, else /var/tmp)")
 	flagBefore  = flag.String("bench.before", "", "a prebuilt hostlease binary (e.g. of the base commit) measured interleaved with the others as hostlease-before")
+	flagVariant = flag.String("bench.variants", "", "comma-separated name:tags: also build ./cmd/ipam with these build tags (joined by '+') and measure it interleaved as hostlease-<name> (same-run A/B of code behind a build tag)")
 	flagSLOnly  = flag.Bool("bench.sweepload-only", false, "run only the ADD and DEL latency while hostlease-gc sweeps (builds hostlease and hostlease-gc only)")
 )
 

@@ -35,7 +35,7 @@ const (
 
 // plugin is one binary under test.
 type plugin struct {
-	name string // "static-floor", "skel-floor", "durable-floor", "durable-floor-1p", "skel-durable-floor", "skel-bbolt-floor", "skel-bbolt-floor-1p", "host-local", "hostlease", "hostlease-before"
+	name string // "static-floor", "skel-floor", "durable-floor", "durable-floor-1p", "skel-durable-floor", "skel-bbolt-floor", "skel-bbolt-floor-1p", "host-local", "hostlease", "hostlease-<variant>", "hostlease-before"
 	kind kind
 	path string
 	size int64
@@ -61,9 +61,9 @@ var pluginSources = []struct {
 }
 
 // buildPlugins builds every plugin and installs it into binDir; with
-// -bench.before, a prebuilt hostlease binary is installed too, as
-// "hostlease-before", and measured interleaved with the others (same-run
-// before/after).
+// -bench.variants, builds of ./cmd/ipam with other build tags too, and with
+// -bench.before, a prebuilt hostlease binary, as "hostlease-before"; each is
+// a hostlease measured interleaved with the others (same-run A/B).
 func buildPlugins(root, binDir string) ([]*plugin, error) {
 	var plugins []*plugin
 	built := filepath.Join(binDir, ".build")
@@ -77,6 +77,23 @@ func buildPlugins(root, binDir string) ([]*plugin, error) {
 			return nil, err
 		}
 		plugins = append(plugins, p)
+	}
+	if *flagVariant != "" {
+		for _, v := range strings.Split(*flagVariant, ",") {
+			name, tags, ok := strings.Cut(v, ":")
+			if !ok || name == "" {
+				return nil, fmt.Errorf("-bench.variants: %q is not name:tags", v)
+			}
+			p := &plugin{name: "hostlease-" + name, kind: kindHostlease, path: filepath.Join(binDir, "hostlease-"+name)}
+			out := filepath.Join(built, p.name)
+			if err := build(root, "./cmd/ipam", out, strings.ReplaceAll(tags, "+", ",")); err != nil {
+				return nil, err
+			}
+			if err := install(out, p.path); err != nil {
+				return nil, err
+			}
+			plugins = append(plugins, p)
+		}
 	}
 	if *flagBefore != "" {
 		p := &plugin{name: "hostlease-before", kind: kindHostlease, path: filepath.Join(binDir, "hostlease-before")}

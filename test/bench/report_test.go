@@ -82,6 +82,10 @@ func median(xs []float64) float64 {
 const (
 	latencyTarget    = 1.2 // hostlease p50 / durable floor p50, ADD and DEL, every occupancy
 	throughputTarget = 0.8 // hostlease 32-way calls/s / durable floor's
+	// boltBudget (issue 19): hostlease p50 / skel-bbolt floor p50, ADD and
+	// DEL, every occupancy: what hostlease costs above a plugin on the same
+	// libraries.
+	boltBudget = 1.1
 )
 
 func renderReport(in reportInput) string {
@@ -186,6 +190,62 @@ func renderReport(in reportInput) string {
 			}
 		}
 		w("\n")
+	}
+
+	// The floor of the issue-19 budget: a plugin on the same libraries as
+	// hostlease (skel, encoding/json, one bbolt transaction).
+	var bolts []int
+	for i, p := range ps {
+		if p.kind == kindSkelBboltFloor {
+			bolts = append(bolts, i)
+		}
+	}
+	w("\n### hostlease against the floor of a plugin on the same libraries\n\n")
+	w("p50 of each hostlease build over the p50 of *skel-bbolt-floor* (skel, the config decoded with encoding/json into the CNI types, one bbolt transaction, the result printed by types.PrintResult) and of the same floor on one P as hostlease runs (*-1p*); in brackets the spread over %d time-aligned chunks. Budget: <= %.1fx; a ratio above it is marked **>%.1fx**.\n\n", rounds, boltBudget, boltBudget)
+	cols = nil
+	for _, h := range hleases {
+		for _, f := range bolts {
+			cols = append(cols, ps[h].name+"/"+ps[f].name+" ADD", ps[h].name+"/"+ps[f].name+" DEL")
+		}
+	}
+	header([]string{"occupancy"}, cols)
+	for _, r := range in.results {
+		w("| %s |", r.occ.label)
+		for _, h := range hleases {
+			for _, f := range bolts {
+				for _, verb := range []string{"ADD", "DEL"} {
+					a, b := samples(r.stats[h], verb), samples(r.stats[f], verb)
+					mark := ""
+					if ratio(p50(a), p50(b)) > boltBudget {
+						mark = fmt.Sprintf(" **>%.1fx**", boltBudget)
+					}
+					w(" %s%s |", cell(a, b), mark)
+				}
+			}
+		}
+		w("\n")
+	}
+
+	if len(hleases) > 1 {
+		w("\n### hostlease builds against each other\n\n")
+		w("p50 of each other build (-bench.variants, -bench.before) over hostlease's, wall time and CPU time (user+system) of the same calls, measured interleaved; in brackets the spread over %d time-aligned chunks. Below 1: the other build is faster.\n\n", rounds)
+		cols = nil
+		for _, h := range hleases[1:] {
+			for _, what := range []string{"ADD wall", "ADD CPU", "DEL wall", "DEL CPU"} {
+				cols = append(cols, ps[h].name+" "+what)
+			}
+		}
+		header([]string{"occupancy (x hostlease)"}, cols)
+		for _, r := range in.results {
+			w("| %s |", r.occ.label)
+			for _, h := range hleases[1:] {
+				for _, verb := range []string{"ADD", "DEL"} {
+					w(" %s |", cell(samples(r.stats[h], verb), samples(r.stats[hostlease], verb)))
+					w(" %s |", cell(cpuSamples(r.stats[h], verb), cpuSamples(r.stats[hostlease], verb)))
+				}
+			}
+			w("\n")
+		}
 	}
 
 	w("\n### CPU time of one call (ms, p50, user+system of the plugin process)\n\n")

@@ -1,7 +1,7 @@
 // Package differential runs the real host-local plugin and hostlease side by
 // side on the same random sequences of CNI operations and asserts that a user
 // sees the same outcome from both: success or failure, addresses, gateways,
-// routes and DNS, and the same error messages.
+// routes and DNS (an ADD's result byte for byte), and the same error messages.
 package differential
 
 import (
@@ -176,6 +176,10 @@ func both(t *testing.T, c config, hlp, hlease plugin, o op) outcome {
 	}
 	if a.ok && !reflect.DeepEqual(a.result, b.result) {
 		t.Fatalf("%s: results differ\nhost-local: %s\nhostlease:  %s", o, a.raw, b.raw)
+	}
+	// Byte for byte: clients parse the result, and some compare or hash it.
+	if a.ok && o.cmd == "ADD" && a.raw != b.raw {
+		t.Fatalf("%s: results are equal as JSON but not byte for byte\nhost-local: %q\nhostlease:  %q", o, a.raw, b.raw)
 	}
 	if !a.ok {
 		// hostlease's codes are its own (contracts.md); host-local answers 999

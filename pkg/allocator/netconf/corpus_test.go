@@ -11,7 +11,8 @@ import (
 type corpusInput struct{ name, conf, cniArgs string }
 
 // loaderCorpus is every config the loader tests run: LoadConfig's own accept
-// and reject cases, the hand-written corner cases, and a generated corpus.
+// and reject cases, the hand-written corner cases (of the schema, and of JSON:
+// fastPathCases), and a generated corpus.
 func loaderCorpus() []corpusInput {
 	type input = corpusInput
 	var corpus []input
@@ -23,6 +24,9 @@ func loaderCorpus() []corpusInput {
 	}
 	for i, c := range cornerCases {
 		corpus = append(corpus, input{fmt.Sprintf("corner/%d", i), c[0], c[1]})
+	}
+	for i, c := range fastPathCases {
+		corpus = append(corpus, input{fmt.Sprintf("json/%d", i), c, ""})
 	}
 	// HOSTLEASE_ORACLE_SEED and HOSTLEASE_ORACLE_N run another or a longer
 	// generated corpus (e.g. a soak run before a release).

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // fastPathCases are configs aimed at the edges of decodeFast: each must
@@ -19,8 +21,9 @@ var fastPathCases = []string{
 	`{"name":"n","type":"hostlease","dataDir":"/m"}`,
 	// Empty arrays and objects: present but empty is not absent.
 	`{"name":"n","ipam":{"type":"hostlease","ranges":[],"routes":[]},"runtimeConfig":{"ips":[],"ipRanges":[[]]},"args":{"cni":{}},"prevResult":{}}`,
-	// Every top-level field at once, in another order.
-	`{"cni.dev/valid-attachments":[{"containerID":"c2","ifname":"net1"}],"args":{"cni":{"ips":["10.0.0.7"]}},"cni.dev/attachments":[{"ifname":"eth0","containerID":"c1"}],"dataDir":"/m","type":"bridge","runtimeConfig":{"ips":["10.0.0.8"]},"cniVersion":"1.1.0","ipam":{"failStatusOnExhaustion":true,"lockTimeout":"1s","ranges":[[{"gateway":"10.0.0.1","subnet":"10.0.0.0/24"}]],"resolvConf":"/r","dataDir":"/d","routes":[{"gw":"10.0.0.1","dst":"10.1.0.0/16"}],"type":"hostlease","Name":"x","gateway":"10.0.0.1","rangeEnd":"10.0.0.9","rangeStart":"10.0.0.3","subnet":"10.0.0.0/24"},"name":"n"}`,
+	// Every field of every object the fast path reads, in another order
+	// (TestDecodeFastReadsEveryField holds it to the types).
+	`{"cni.dev/valid-attachments":[{"containerID":"c2","ifname":"net1"}],"args":{"cni":{"ips":["10.0.0.7"]}},"cni.dev/attachments":[{"ifname":"eth0","containerID":"c1"}],"dataDir":"/m","type":"bridge","runtimeConfig":{"ips":["10.0.0.8"],"ipRanges":[[{"subnet":"10.2.0.0/24","rangeStart":"10.2.0.5","rangeEnd":"10.2.0.9","gateway":"10.2.0.1"}]]},"cniVersion":"1.1.0","ipam":{"failStatusOnExhaustion":true,"lockTimeout":"1s","ranges":[[{"gateway":"10.0.0.1","subnet":"10.0.0.0/24","rangeStart":"10.0.0.2","rangeEnd":"10.0.0.200"}]],"resolvConf":"/r","dataDir":"/d","routes":[{"gw":"10.0.0.1","dst":"10.1.0.0/16"}],"type":"hostlease","Name":"x","gateway":"10.0.0.1","rangeEnd":"10.0.0.9","rangeStart":"10.0.0.3","subnet":"10.0.0.0/24"},"name":"n"}`,
 	// Keys json.Unmarshal matches without regard to case, or twice.
 	`{"Name":"n","ipam":{"type":"hostlease","subnet":"10.0.0.0/24"}}`,
 	`{"name":"n","ipam":{"type":"hostlease","SUBNET":"10.0.0.0/24"}}`,
@@ -101,6 +104,65 @@ func TestDecodeFastMatchesUnmarshal(t *testing.T) {
 		if fast, ok := decodeFast([]byte(c)); ok && strings.Contains(c, "ſubnet") {
 			t.Errorf("fast path took a key json.Unmarshal folds onto a field: %s -> %s", c, dump(fast))
 		}
+	}
+}
+
+// everyFieldCase is the fastPathCases entry that sets every field decode
+// reads.
+const everyFieldCase = 7
+
+// TestDecodeFastReadsEveryField ties the fast path to the decoding types: the
+// every-field config sets each JSON field of each type the reader reads (so a
+// field added to a type must be added there), and the fast path takes that
+// config (so it reads the new field too, or the DeepEqual comparison of
+// TestDecodeFastMatchesUnmarshal fails, or it declines and this fails).
+func TestDecodeFastReadsEveryField(t *testing.T) {
+	conf := fastPathCases[everyFieldCase]
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(conf), &doc); err != nil {
+		t.Fatal(err)
+	}
+	obj := func(v any, path ...any) map[string]any {
+		for _, p := range path {
+			switch p := p.(type) {
+			case string:
+				v = v.(map[string]any)[p]
+			case int:
+				v = v.([]any)[p]
+			}
+		}
+		return v.(map[string]any)
+	}
+	for _, c := range []struct {
+		t    reflect.Type
+		path []any
+	}{
+		{reflect.TypeFor[confJSON](), nil},
+		{reflect.TypeFor[ipamJSON](), []any{"ipam"}},
+		{reflect.TypeFor[rangeJSON](), []any{"ipam", "ranges", 0, 0}},
+		{reflect.TypeFor[rangeJSON](), []any{"runtimeConfig", "ipRanges", 0, 0}},
+		{reflect.TypeFor[runtimeConfJSON](), []any{"runtimeConfig"}},
+		{reflect.TypeFor[argsJSON](), []any{"args"}},
+		{reflect.TypeFor[cniArgsJSON](), []any{"args", "cni"}},
+		{reflect.TypeFor[allocator.Attachment](), []any{"cni.dev/valid-attachments", 0}},
+		{reflect.TypeFor[allocator.Attachment](), []any{"cni.dev/attachments", 0}},
+	} {
+		have := obj(doc, c.path...)
+		for f := range c.t.Fields() {
+			if !f.IsExported() {
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" {
+				name = f.Name
+			}
+			if _, ok := have[name]; !ok && name != "-" {
+				t.Errorf("fastPathCases[%d] sets no %q at %v (field %s.%s): add it", everyFieldCase, name, c.path, c.t.Name(), f.Name)
+			}
+		}
+	}
+	if _, ok := decodeFast([]byte(conf)); !ok {
+		t.Errorf("the fast path declined the every-field config: a field it has no case for?")
 	}
 }
 

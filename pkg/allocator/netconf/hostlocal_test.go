@@ -95,6 +95,20 @@ func TestLoaderMatchesHostLocal(t *testing.T) {
 	}
 }
 
+// FuzzLoaderMatchesHostLocal is TestLoaderMatchesHostLocal's comparison on
+// any input (without CNI_ARGS).
+func FuzzLoaderMatchesHostLocal(f *testing.F) {
+	for _, c := range fastPathCases {
+		f.Add([]byte(c))
+	}
+	for _, c := range acceptCases {
+		f.Add([]byte(c.conf))
+	}
+	f.Fuzz(func(t *testing.T, conf []byte) {
+		compareLoaders(t, "fuzz", conf, "")
+	})
+}
+
 // ownFields holds the fields only hostlease reads, as Load decodes them.
 type ownFields struct {
 	Name          json.RawMessage        `json:"name"`

@@ -40,9 +40,10 @@ type (
 		ipamNull bool
 	}
 	argsJSON struct {
-		CNI *struct {
-			IPs []*addrArg `json:"ips"`
-		} `json:"cni"`
+		CNI *cniArgsJSON `json:"cni"`
+	}
+	cniArgsJSON struct {
+		IPs []*addrArg `json:"ips"`
 	}
 	runtimeConfJSON struct {
 		IPRanges []rangeSetJSON `json:"ipRanges"`
@@ -167,8 +168,10 @@ func fromIP(ip net.IP) netip.Addr {
 // common case, see decodeFast), else by json.Unmarshal. On error it also
 // returns what json.Unmarshal decoded before it stopped, for failedField.
 func decode(stdin []byte) (*confJSON, error) {
-	if p, ok := decodeFast(stdin); ok {
-		return p, nil
+	if fastDecode {
+		if p, ok := decodeFast(stdin); ok {
+			return p, nil
+		}
 	}
 	p := &confJSON{}
 	if err := json.Unmarshal(stdin, p); err != nil {

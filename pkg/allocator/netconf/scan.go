@@ -83,10 +83,10 @@ func (r *reader) more(first bool, closing byte) bool {
 }
 
 // object reads an object, calling value for each key in fields (exactly as
-// spelt) to read its value. Other keys' values are skipped, as json.Unmarshal
-// ignores unknown keys; a key equal to a field name but for case, a key seen
-// twice (json.Unmarshal would match or merge them), or a key that is not
-// plain ASCII ends the fast path.
+// spelt; every key when fields is nil) to read its value. Other keys' values
+// are skipped, as json.Unmarshal ignores unknown keys; a key equal to a field
+// name but for case, a key seen twice (json.Unmarshal would match or merge
+// them), or a key that is not plain ASCII ends the fast path.
 func (r *reader) object(fields []string, value func(key string)) {
 	r.open('{')
 	base := len(r.seen) // this object's keys are r.seen[base:]
@@ -100,7 +100,7 @@ func (r *reader) object(fields []string, value func(key string)) {
 		}
 		r.seen = append(r.seen, key)
 		switch {
-		case slices.Contains(fields, key):
+		case fields == nil || slices.Contains(fields, key):
 			value(key)
 		case slices.ContainsFunc(fields, func(f string) bool { return strings.EqualFold(f, key) }):
 			r.ok = false

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	berrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sys/unix"
 )
 
 // Store failures come in four classes, and what a caller does differs:
@@ -106,22 +107,10 @@ func (e *IOError) Errno() syscall.Errno {
 	return 0
 }
 
-// errnoNames are the symbolic names of the errnos a store operation meets.
-var errnoNames = map[syscall.Errno]string{
-	syscall.EROFS: "EROFS", syscall.ENOSPC: "ENOSPC", syscall.EDQUOT: "EDQUOT",
-	syscall.EMFILE: "EMFILE", syscall.ENFILE: "ENFILE", syscall.EACCES: "EACCES",
-	syscall.EPERM: "EPERM", syscall.EIO: "EIO", syscall.ENOMEM: "ENOMEM",
-	syscall.ENOENT: "ENOENT", syscall.ELOOP: "ELOOP", syscall.ENOTDIR: "ENOTDIR",
-	syscall.EISDIR: "EISDIR", syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.EEXIST: "EEXIST",
-	syscall.EFBIG: "EFBIG", syscall.ENOLCK: "ENOLCK", syscall.EINVAL: "EINVAL",
-	syscall.EAGAIN: "EAGAIN", syscall.EBADF: "EBADF", syscall.ENODEV: "ENODEV",
-	syscall.ENXIO: "ENXIO", syscall.ETXTBSY: "ETXTBSY", syscall.ESTALE: "ESTALE",
-	syscall.EOVERFLOW: "EOVERFLOW", syscall.EOPNOTSUPP: "EOPNOTSUPP",
-}
-
-// ErrnoName is errno's symbolic name ("EROFS"), or "errno N".
+// ErrnoName is errno's symbolic name ("EROFS", x/sys/unix's table), or
+// "errno N" for a number the table does not know.
 func ErrnoName(errno syscall.Errno) string {
-	if n, ok := errnoNames[errno]; ok {
+	if n := unix.ErrnoName(errno); n != "" {
 		return n
 	}
 	return fmt.Sprintf("errno %d", int(errno))
@@ -183,12 +172,22 @@ func systemError(err error) error {
 		return err
 	}
 	msg := err.Error()
-	for e := range errnoNames {
+	for _, e := range storeErrnos {
 		if strings.HasSuffix(msg, e.Error()) {
 			return &errnoText{msg: msg, errno: e}
 		}
 	}
 	return err
+}
+
+// storeErrnos are the errnos a store operation meets, which systemError
+// recovers from an error's text.
+var storeErrnos = []syscall.Errno{
+	syscall.EROFS, syscall.ENOSPC, syscall.EDQUOT, syscall.EMFILE, syscall.ENFILE, syscall.EACCES,
+	syscall.EPERM, syscall.EIO, syscall.ENOMEM, syscall.ENOENT, syscall.ELOOP, syscall.ENOTDIR,
+	syscall.EISDIR, syscall.ENAMETOOLONG, syscall.EEXIST, syscall.EFBIG, syscall.ENOLCK, syscall.EINVAL,
+	syscall.EAGAIN, syscall.EBADF, syscall.ENODEV, syscall.ENXIO, syscall.ETXTBSY, syscall.ESTALE,
+	syscall.EOVERFLOW, syscall.EOPNOTSUPP,
 }
 
 // errnoText is a system error whose errno was only in its text.

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
@@ -61,12 +62,11 @@ func salvageOwner(raw []byte) (containerID, ifname string) {
 
 // noteDamaged remembers d for DamagedSeen, once per address.
 func (tx *Tx) noteDamaged(d allocator.DamagedRecord) {
-	for _, o := range tx.damagedSeen {
-		if o.IP == d.IP && bytes.Equal(o.Raw, d.Raw) {
-			return
-		}
+	if !slices.ContainsFunc(tx.damagedSeen, func(o allocator.DamagedRecord) bool {
+		return o.IP == d.IP && bytes.Equal(o.Raw, d.Raw)
+	}) {
+		tx.damagedSeen = append(tx.damagedSeen, d)
 	}
-	tx.damagedSeen = append(tx.damagedSeen, d)
 }
 
 // DamagedSeen returns the damaged records this transaction met so far (reads

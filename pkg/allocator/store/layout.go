@@ -70,7 +70,8 @@ func keyAddr(k []byte) (netip.Addr, bool) {
 // ownerPrefix is the owners index's key prefix for an attachment: an 8-byte
 // hash of containerID \0 ifname; a key is the prefix followed by addrKey(ip).
 // Short keys keep the index shallow (a /16's 65 536 entries in three levels
-// instead of four: one page less to write per ADD and DEL); ByOwner compares
+// instead of four: one page less to fault, copy and write per ADD and DEL,
+// 6ef4247); ByOwner compares
 // each record's owner, so owners whose hashes collide are still told apart.
 func ownerPrefix(containerID, ifname string) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8+17), ownerHash(containerID, ifname))

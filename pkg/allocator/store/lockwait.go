@@ -83,7 +83,7 @@ func unlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LO
 // written with pread/pwrite: the *os.File is made with os.NewFile, so that Go
 // does not try to register it with its network poller (which a regular file
 // never is, but the try starts the poller: epoll and its wake-up fd, for
-// nothing, in every plugin exec).
+// nothing, in every plugin exec; measured ~20 us of CPU per call, 1e8faa0).
 func openBlocking(name string, flag int, mode os.FileMode) (*os.File, error) {
 	for {
 		// O_NOFOLLOW: the store is never opened through a symlink (Open

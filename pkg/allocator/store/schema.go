@@ -24,7 +24,8 @@ func (s *Store) init() (err error) {
 	defer func() { err = classifyTxError(s.path, err) }()
 	// Every plugin call opens the store read-write, and the store is
 	// initialised on all but the first: then a read-only look is enough, and
-	// spares each call a write transaction (a commit: two fdatasyncs).
+	// spares each call a write transaction (a commit: two fdatasyncs;
+	// measured 0c4190c: ADD p50 11.4 -> 8.7 ms, DEL 11.3 -> 7.9 ms).
 	ready := false
 	if err := s.db.View(func(btx *bolt.Tx) error {
 		if err := checkLength(btx, s.file, s.path); err != nil {

@@ -137,7 +137,9 @@ func (s *Store) Close() error { return s.db.Close() }
 // UnlockForExit releases the file lock of a process that is about to exit,
 // leaving the file mapped: the kernel tears the mapping down at exit, which
 // costs less than munmap while the Go runtime's other threads may hold it in
-// their TLBs (each munmap then interrupts every CPU they ran on). The plugin
+// their TLBs (each munmap then interrupts every CPU they ran on): measured
+// (42ed48c, 300 pairs interleaved) close 94-120 -> 18-35 us, exit +15-60 us.
+// The plugin
 // calls it right after its one transaction committed, so that concurrent
 // calls waiting for the lock start at once. The Store must not be used after.
 func (s *Store) UnlockForExit() error {
@@ -150,8 +152,9 @@ func (s *Store) UnlockForExit() error {
 // Update runs fn in one durable read-write transaction: all of fn's writes
 // land together (fsynced) or none do. A transaction in which fn wrote nothing
 // is rolled back instead of committed: a commit costs two fdatasyncs even when
-// empty, and a repeated DEL (runtimes retry teardown) or a commit marker
-// finding its records already committed change nothing.
+// empty (0.6-1.5 ms of wall time here, docs/benchmarks.md), and a repeated
+// DEL (runtimes retry teardown) or a commit marker finding its records
+// already committed change nothing.
 //
 // A panic of bbolt on a page it reads (or a fault on the mapping) is returned
 // as ErrPageDamaged; a failure to write or sync as a *IOError.
@@ -174,7 +177,9 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 		// allocs mostly grows at its end. bbolt's default split point (50%)
 		// would leave every leaf half empty for good; at 90% an ADD that
 		// steps over reserved addresses to find a free one (1 000 of them
-		// at 99.9 % of a pool) reads about half as many pages.
+		// at 99.9 % of a pool) reads about half as many pages: measured
+		// (942cfd2) on a /18 filled by 16 381 exec'd ADDs, allocs leaves
+		// 4 094 -> 2 339, the file 19.2 -> 11.9 MB, such an ADD 351 -> 301 us.
 		tx.allocs.FillPercent = 0.9
 	}
 	err = fn(tx)

@@ -1,6 +1,7 @@
 // Command skelfloor is the skel floor of the plugin benchmarks: a CNI plugin
 // that does nothing but what every Go plugin built on the CNI libraries does
-// (skel reads the environment and stdin, the config is decoded, the result is
+// (skel reads the environment and stdin, the config's network and ipam
+// sections are decoded with encoding/json into the CNI types, the result is
 // printed through types.PrintResult) and returns a fixed result. Its cost
 // above the static floor (../staticfloor) is what importing and running the
 // CNI libraries costs at every exec.
@@ -51,12 +52,32 @@ const (
 	boltCommit
 )
 
-// netConf is the part of the config the floor reads.
+// netConf is the config as an IPAM plugin of host-local's schema must decode
+// it: the network's fields, and the whole ipam section with its addresses and
+// routes as the CNI types decode them (json.Unmarshal, as a real plugin
+// does). The floor uses only dataDir.
 type netConf struct {
 	types.NetConf
 	IPAM struct {
-		DataDir string `json:"dataDir"`
+		types.IPAM
+		Ranges [][]struct {
+			Subnet     types.IPNet `json:"subnet"`
+			RangeStart net.IP      `json:"rangeStart"`
+			RangeEnd   net.IP      `json:"rangeEnd"`
+			Gateway    net.IP      `json:"gateway"`
+		} `json:"ranges"`
+		Routes     []*types.Route `json:"routes"`
+		DataDir    string         `json:"dataDir"`
+		ResolvConf string         `json:"resolvConf"`
 	} `json:"ipam"`
+	RuntimeConfig struct {
+		IPs []string `json:"ips"`
+	} `json:"runtimeConfig"`
+	Args *struct {
+		CNI struct {
+			IPs []string `json:"ips"`
+		} `json:"cni"`
+	} `json:"args"`
 }
 
 // call decodes the config and, as a durable floor, commits the call.
