@@ -56,7 +56,7 @@ func TestRebuildLogicallyDamagedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := t0
-	aside, n, err := RebuildStore(context.Background(), e.cri, e.path, testNet, list, testRanges, now)
+	aside, n, err := RebuildStore(context.Background(), e.cri, e.path, testNet, list, testRanges, now, RebuildDamaged)
 	if err != nil {
 		t.Fatal(err)
 	}
