@@ -1,0 +1,141 @@
+package storereplace
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/internal/gcproc"
+	"github.com/hostlease/hostlease/internal/leasecheck"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
+)
+
+// startDaemon runs `hostlease-gc run` sweeping every second until the test
+// ends. Records are never old enough to be reclaimed (the default
+// --min-age): what the daemons do here is read, set aside and rebuild.
+func (n *node) startDaemon() *gcproc.Daemon {
+	t := n.t
+	t.Helper()
+	d, err := gcproc.Start(gcBin(), []string{"run",
+		"--cri-endpoint", n.cri.Endpoint(), "--data-dir", n.dataDir, "--netns-dir", n.netnsDir,
+		"--interval", "1s", "--no-api", "--metrics-addr", "127.0.0.1:0", "--log-format", "json"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Stop()
+		if t.Failed() {
+			t.Logf("hostlease-gc log:\n%s", strings.Join(d.Lines(), "\n"))
+		}
+	})
+	return d
+}
+
+// setAside lists the set-aside files of network's store.
+func (n *node) setAside(network string) []string {
+	m, _ := filepath.Glob(store.FilePath(n.dataDir, network) + ".corrupt-*")
+	return m
+}
+
+// Many first uses of new networks (each creates its store) beside two
+// daemons sweeping the same data dir every second, then stores made
+// unreadable (cut short) that both daemons find at once while ADDs keep
+// trying them. It guarantees:
+//   - no daemon ever sets aside a store a plugin is creating (a store is
+//     linked into place only once complete): no network that was not damaged
+//     has a set-aside file;
+//   - a store damaged once is set aside and rebuilt once, though two daemons
+//     judged it unreadable (the second finds, under the lock, that it no
+//     longer needs it);
+//   - no acknowledged ADD is lost (the rebuild restores them from the
+//     runtime) and no address is held twice (internal/leasecheck).
+func TestFirstUsesBesideDaemons(t *testing.T) {
+	const (
+		networks = 200
+		workers  = 4
+		damaged  = 10 // every networks/damaged-th network is cut short
+	)
+	n := newNode(t)
+	n.startDaemon()
+	n.startDaemon()
+	name := func(k int) string { return fmt.Sprintf("fu-%03d", k) }
+	conf := func(k int) []byte { return n.conf(name(k), fmt.Sprintf("10.%d.%d.0/24", 100+k/256, k%256)) }
+
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for k := range next {
+				c := conf(k)
+				var first *leasecheck.Holding
+				for i := range 3 {
+					id := fmt.Sprintf("%s-%d", name(k), i)
+					h, _, o := n.add(id, c, "")
+					if !o.OK() {
+						n.fail("ADD %s (first uses of %s): %s", id, name(k), o)
+						continue
+					}
+					if first == nil {
+						first = h
+					}
+				}
+				if first != nil {
+					n.del(first, c)
+				}
+			}
+		})
+	}
+	for k := range networks {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+
+	// Cut some stores short: unreadable. Both daemons find them; ADDs keep
+	// trying (refused with error 11 until the rebuild) and then succeed.
+	var cut []int
+	for k := 0; k < networks; k += networks / damaged {
+		cut = append(cut, k)
+		if err := os.Truncate(store.FilePath(n.dataDir, name(k)), 8192); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range cut {
+		wg.Go(func() {
+			id := name(k) + "-after"
+			for range 10 * 60 * 2 { // a hang guard of about two minutes
+				_, _, o := n.add(id, conf(k), "")
+				if o.OK() {
+					return
+				}
+				if o.Err == nil || o.Err.Code != 11 {
+					n.fail("ADD %s on a store being rebuilt: %s", id, o)
+					return
+				}
+				time.Sleep(100 * time.Millisecond) // poll: the daemons sweep every second
+			}
+			n.fail("hung: ADD %s never succeeded: the store was not rebuilt", id)
+		})
+	}
+	wg.Wait()
+
+	isCut := map[int]bool{}
+	for _, k := range cut {
+		isCut[k] = true
+	}
+	var all []string
+	for k := range networks {
+		all = append(all, name(k))
+		switch aside := n.setAside(name(k)); {
+		case isCut[k] && len(aside) != 1:
+			t.Errorf("store of %s damaged once, set aside %d times: %v", name(k), len(aside), aside)
+		case !isCut[k] && len(aside) != 0:
+			t.Errorf("store of %s, never damaged, was set aside: %v (a daemon saw it incomplete)", name(k), aside)
+		}
+	}
+	n.judge(fmt.Sprintf("%d first uses and %d unreadable stores beside two daemons", networks, len(cut)), all...)
+}
