@@ -11,6 +11,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/gcproc"
 	"github.com/hostlease/hostlease/internal/leasecheck"
+	"github.com/hostlease/hostlease/internal/proclocks"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -43,7 +44,8 @@ func (n *node) setAside(network string) []string {
 
 // Many first uses of new networks (each creates its store) beside two
 // daemons sweeping the same data dir every second, then stores made
-// unreadable (cut short) that both daemons find at once while ADDs keep
+// unreadable (cut short) that both daemons find at once (both wait for the
+// store's lock, held by the test, before either reads it) while ADDs keep
 // trying them. It guarantees:
 //   - no daemon ever sets aside a store a plugin is creating (a store is
 //     linked into place only once complete): no network that was not damaged
@@ -57,11 +59,10 @@ func TestFirstUsesBesideDaemons(t *testing.T) {
 	const (
 		networks = 200
 		workers  = 4
-		damaged  = 10 // every networks/damaged-th network is cut short
+		damaged  = 5 // every networks/damaged-th network is cut short
 	)
 	n := newNode(t)
-	n.startDaemon()
-	n.startDaemon()
+	d1, d2 := n.startDaemon(), n.startDaemon()
 	name := func(k int) string { return fmt.Sprintf("fu-%03d", k) }
 	conf := func(k int) []byte { return n.conf(name(k), fmt.Sprintf("10.%d.%d.0/24", 100+k/256, k%256)) }
 
@@ -95,14 +96,23 @@ func TestFirstUsesBesideDaemons(t *testing.T) {
 	close(next)
 	wg.Wait()
 
-	// Cut some stores short: unreadable. Both daemons find them; ADDs keep
-	// trying (refused with error 11 until the rebuild) and then succeed.
+	// Cut some stores short: unreadable. Both daemons find each at once:
+	// the test holds the store's lock until both wait for it (the window
+	// widened: they read it, judge it and rebuild it side by side). ADDs
+	// keep trying (refused with error 11 until the rebuild) and then succeed.
 	var cut []int
 	for k := 0; k < networks; k += networks / damaged {
 		cut = append(cut, k)
-		if err := os.Truncate(store.FilePath(n.dataDir, name(k)), 8192); err != nil {
+		path := store.FilePath(n.dataDir, name(k))
+		held := lockPath(t, path)
+		if err := os.Truncate(path, 8192); err != nil {
 			t.Fatal(err)
 		}
+		ino := inode(t, path)
+		waitFor(t, "both daemons waiting for the lock of "+path, func() bool {
+			return proclocks.Waiting(d1.Cmd.Process.Pid, ino) && proclocks.Waiting(d2.Cmd.Process.Pid, ino)
+		})
+		held.Close()
 	}
 	for _, k := range cut {
 		wg.Go(func() {
