@@ -54,9 +54,11 @@ type LockedFile struct {
 	info os.FileInfo // f's fstat, taken with the lock held
 	path string
 	excl bool
-	// db and view are the bbolt view Store opened on f (nil until then).
-	db   *bolt.DB
-	view *Store
+	// db and view are the bbolt view Store opened on f (nil until then);
+	// viewErr is why the view was refused, once opened.
+	db      *bolt.DB
+	view    *Store
+	viewErr error
 }
 
 // LockFile opens the file at path (read-only, never through a symlink: a
@@ -142,8 +144,8 @@ func (l *LockedFile) Info() os.FileInfo { return l.info }
 // error classes the file as Open would (ErrUnreadable for damage); l still
 // holds the lock then.
 func (l *LockedFile) Store() (s *Store, err error) {
-	if l.view != nil {
-		return l.view, nil
+	if l.view != nil || l.viewErr != nil {
+		return l.view, l.viewErr
 	}
 	if l.info.Size() == 0 {
 		return nil, fmt.Errorf("%w: %s is empty", ErrUnreadable, l.path)
@@ -186,6 +188,7 @@ func (l *LockedFile) Store() (s *Store, err error) {
 	l.db = db
 	s = &Store{db: db, path: l.path, file: dup, held: true}
 	if err := s.checkReadable(); err != nil {
+		l.viewErr = err
 		return nil, err
 	}
 	l.view = s
@@ -291,7 +294,7 @@ func (l *LockedFile) Close() error {
 	var err error
 	if l.db != nil {
 		err = l.db.Close()
-		l.db, l.view = nil, nil
+		l.db, l.view, l.viewErr = nil, nil, nil
 	}
 	if l.f != nil {
 		if cerr := l.f.Close(); err == nil {
