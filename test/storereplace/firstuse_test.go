@@ -52,7 +52,7 @@ func (n *node) setAside(network string) []string {
 //     has a set-aside file;
 //   - a store damaged once is set aside and rebuilt once, though two daemons
 //     judged it unreadable (the second finds, under the lock, that it no
-//     longer needs it);
+//     longer needs it), and no daemon's rebuild fails;
 //   - no acknowledged ADD is lost (the rebuild restores them from the
 //     runtime) and no address is held twice (internal/leasecheck).
 func TestFirstUsesBesideDaemons(t *testing.T) {
@@ -133,6 +133,11 @@ func TestFirstUsesBesideDaemons(t *testing.T) {
 	}
 	wg.Wait()
 
+	for i, d := range []*gcproc.Daemon{d1, d2} {
+		for _, e := range d.Entries("store unreadable and rebuild failed") {
+			t.Errorf("daemon %d: rebuild of %v failed: %v", i+1, e["network"], e["error"])
+		}
+	}
 	isCut := map[int]bool{}
 	for _, k := range cut {
 		isCut[k] = true
