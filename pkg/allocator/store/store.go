@@ -118,17 +118,20 @@ func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time)
 	case statErr != nil:
 		return nil, &IOError{Op: "stat", Path: path, Err: unwrapPath(statErr)}
 	}
+	var locked *LockedFile
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		// bbolt panics on some corruptions it meets while reading pages.
 		if r := recover(); r != nil {
 			s, err = nil, fmt.Errorf("%w: %s: %v", ErrUnreadable, path, r)
+			if locked != nil {
+				locked.f.Close() // bbolt did not: a daemon must not keep the lock
+			}
 		}
 	}()
 	// bbolt opens the file through lockAt: open, flock with a kernel wait,
 	// prove the file is at path. Holding the lock on the very file bbolt
 	// uses makes bbolt's own flock succeed at once.
-	var locked *LockedFile
 	var lockErr error
 	openFile := func(name string, flag int, _ os.FileMode) (*os.File, error) {
 		locked, lockErr = lockAt(name, flag, !o.ReadOnly, deadline)
