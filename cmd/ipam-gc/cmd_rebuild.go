@@ -81,7 +81,11 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	if !crView.Complete {
 		return fmt.Errorf("not rebuilding: %s", crView.Why)
 	}
-	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, *network, sandboxes, sets, time.Now().UTC())
+	when := gc.RebuildDamaged
+	if *force {
+		when = gc.RebuildAlways
+	}
+	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, *network, sandboxes, sets, time.Now().UTC(), when)
 	if err != nil {
 		return err
 	}

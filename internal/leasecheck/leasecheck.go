@@ -1,6 +1,7 @@
 // Package leasecheck judges, from outside the plugin processes, whether an
-// address was ever held by two owners at once. Tests that run many plugin
-// processes concurrently book every holding here and ask for the duplicates.
+// address was ever held by two owners at once, and whether an acknowledged
+// ADD was forgotten. Tests that run many plugin processes concurrently book
+// every holding here and ask for the duplicates and, at the end, the losses.
 //
 // A holding is timed by the test around the processes: its ADD ran from
 // AddStart to AddDone (the reservation committed somewhere in between) and
@@ -91,5 +92,30 @@ func (b *Book) Duplicates() []Duplicate {
 		}
 	}
 	slices.SortStableFunc(out, func(p, q Duplicate) int { return p.IP.Compare(q.IP) })
+	return out
+}
+
+// Loss is an acknowledged ADD the store forgot: h's ADD returned IP and h was
+// never released, yet the final state does not hold IP for h's owner.
+type Loss struct {
+	IP netip.Addr
+	H  *Holding
+}
+
+// Lost lists, ordered by address, every address of a holding never released
+// that holds(ip, owner) says is not held by that owner at the end. Call it
+// once every process has exited, with the store's final records.
+func (b *Book) Lost(holds func(ip netip.Addr, owner string) bool) []Loss {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Loss
+	for ip, hs := range b.byIP {
+		for _, h := range hs {
+			if h.DelStart.IsZero() && !holds(ip, h.Owner) {
+				out = append(out, Loss{IP: ip, H: h})
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(p, q Loss) int { return p.IP.Compare(q.IP) })
 	return out
 }

@@ -68,3 +68,22 @@ func TestBookDuplicates(t *testing.T) {
 		t.Errorf("second duplicate %+v, want %s held by first and z", d, ip3)
 	}
 }
+
+// An address of a holding never released that the final state does not give
+// its owner is lost; released holdings and kept ones are not.
+func TestBookLost(t *testing.T) {
+	b := NewBook()
+	ip1, ip2, ip3 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3")
+	kept := &Holding{Owner: "kept", AddStart: time.Now(), AddDone: time.Now()}
+	forgotten := &Holding{Owner: "forgotten", AddStart: time.Now(), AddDone: time.Now()}
+	released := &Holding{Owner: "released", AddStart: time.Now(), AddDone: time.Now()}
+	b.Hold(kept, ip1)
+	b.Hold(forgotten, ip2)
+	b.Hold(released, ip3)
+	b.Releasing(released)
+	final := map[netip.Addr]string{ip1: "kept", ip2: "someone-else"}
+	lost := b.Lost(func(ip netip.Addr, owner string) bool { return final[ip] == owner })
+	if len(lost) != 1 || lost[0].IP != ip2 || lost[0].H != forgotten {
+		t.Fatalf("Lost = %+v, want only %s of forgotten", lost, ip2)
+	}
+}

@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"time"
@@ -22,10 +23,15 @@ func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []CRI
 			continue
 		}
 		if nr.rebuild {
-			aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.stores[nr.Path].rangeSets, s.now())
-			if err != nil {
+			aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.stores[nr.Path].rangeSets, s.now(), RebuildUnreadable)
+			switch {
+			case errors.Is(err, ErrNotRebuilt):
+				// Another process (a second daemon, the CLI) rebuilt it
+				// since it was read: sweep what is there now.
+				nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
+			case err != nil:
 				nr.rebuildErr = err
-			} else {
+			default:
 				nr.Rebuilt, nr.rebuiltN = aside, n
 				nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
 			}

@@ -34,11 +34,22 @@ import (
 //     does not show free, reserved for nobody in the same way (the page may
 //     have held its record).
 //
-// The swap is atomic: the new store is written and fsynced beside the old one,
-// the old one is hard-linked aside, and the new one is renamed over it. A plugin
-// therefore sees either the old store or the rebuilt one, never a missing store
-// it would create empty and allocate from.
-func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time) (aside string, n int, err error) {
+// The swap keeps the contract of store/lockfile.go: RebuildStore takes the
+// old file's exclusive lock (a raw flock, which a file bbolt cannot open takes
+// too) and proves it is the file at path before it reads it; it holds that
+// lock while it reads, builds the new store complete under a random name in
+// the same directory (fsynced), hard-links the old one aside (a new name,
+// never an existing one) and renames the new one over it, and only then
+// releases it. A plugin therefore sees the old store or the rebuilt one, never
+// a missing store it would create empty and allocate from; a plugin that
+// waited for the old file's lock finds it is no longer at path and opens the
+// rebuilt one, so nothing it writes lands in the set-aside file, and every
+// record written before the lock was had is read and kept.
+//
+// when is judged under the lock, on the file at path then: a store that no
+// longer needs the rebuild asked for (another process rebuilt it since it was
+// judged) is left as it is, with ErrNotRebuilt.
+func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen) (aside string, n int, err error) {
 	var recs []*allocator.Record
 	claimed := map[netip.Addr]bool{}
 	for _, sb := range sandboxes {
@@ -71,8 +82,17 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 			recs = append(recs, rec)
 		}
 	}
+	// From here to the rename, the old file is locked: nobody writes it.
+	oldFile, err := store.LockFile(path, store.LockOptions{Exclusive: true, Timeout: storeLockTimeout})
+	if err != nil {
+		return "", 0, err
+	}
+	defer oldFile.Close()
 	// What the old store still holds, when it opens at all.
-	old := salvage(path)
+	old := salvage(oldFile)
+	if !when.needs(old) {
+		return "", 0, fmt.Errorf("%w: %s %s", ErrNotRebuilt, path, old.health())
+	}
 	if len(sets) == 0 {
 		sets = old.sets
 	}
@@ -126,13 +146,16 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		recs = append(recs, rec)
 		damagedKept++
 	}
-	tmp := path + ".rebuild"
-	_ = os.Remove(tmp)
-	st, err := store.Open(tmp, store.OpenOptions{Create: true, LockTimeout: storeLockTimeout})
+	aside, err = oldFile.SetAside(func(n int) string {
+		if n == 0 {
+			return fmt.Sprintf("%s.corrupt-%d", path, now.Unix())
+		}
+		return fmt.Sprintf("%s.corrupt-%d.%d", path, now.Unix(), n)
+	})
 	if err != nil {
-		return "", 0, err
+		return "", 0, fmt.Errorf("keeping the old store: %w", err)
 	}
-	err = st.Update(func(tx *store.Tx) error {
+	err = oldFile.Replace(func(tx *store.Tx) error {
 		if err := tx.SetNetwork(network); err != nil {
 			return err
 		}
@@ -161,23 +184,42 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		}
 		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: "hostlease-gc", Reason: why})
 	})
-	if cerr := st.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
-		os.Remove(tmp)
-		return "", 0, err
-	}
-	aside, err = linkAside(path, now)
-	if err != nil {
-		os.Remove(tmp)
-		return "", 0, fmt.Errorf("keeping the unreadable store as %s: %w", aside, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+		// The set-aside link is a second name of the store still in place.
+		os.Remove(aside)
 		return "", 0, err
 	}
 	return aside, len(recs), nil
+}
+
+// RebuildWhen says which stores RebuildStore replaces. It is judged on the
+// store read under its lock, so a store another process rebuilt since the
+// caller judged it is not rebuilt again.
+type RebuildWhen int
+
+const (
+	// RebuildAlways rebuilds whatever the store holds (`rebuild --force`).
+	RebuildAlways RebuildWhen = iota
+	// RebuildDamaged rebuilds a store that does not open, holds a damaged
+	// record or has a damaged page (`rebuild` without --force).
+	RebuildDamaged
+	// RebuildUnreadable rebuilds a store that does not open (ErrUnreadable:
+	// the daemon).
+	RebuildUnreadable
+)
+
+// ErrNotRebuilt: the store, read under its lock, did not need the rebuild
+// asked for; it was left as it is.
+var ErrNotRebuilt = errors.New("store not rebuilt: it no longer needs it")
+
+func (w RebuildWhen) needs(old salvaged) bool {
+	switch w {
+	case RebuildDamaged:
+		return old.openErr != nil || old.walkErr != nil || len(old.damaged) > 0
+	case RebuildUnreadable:
+		return errors.Is(old.openErr, store.ErrUnreadable)
+	}
+	return true
 }
 
 // rangeOf finds the range set (and range) holding ip; -1 when none does.
@@ -192,24 +234,6 @@ func rangeOf(sets []allocator.StoredRangeSet, ip netip.Addr) (int, allocator.Sto
 	return -1, allocator.StoredRange{}, false
 }
 
-// linkAside hard-links the store at path to the first free name
-// <path>.corrupt-<unix>[.<n>], so a second rebuild within the same second
-// keeps both earlier files.
-func linkAside(path string, now time.Time) (string, error) {
-	base := fmt.Sprintf("%s.corrupt-%d", path, now.Unix())
-	aside := base
-	for n := 1; ; n++ {
-		err := os.Link(path, aside)
-		if err == nil {
-			return aside, nil
-		}
-		if !errors.Is(err, os.ErrExist) || n > 1000 {
-			return "", fmt.Errorf("keeping the unreadable store as %s: %w", aside, err)
-		}
-		aside = fmt.Sprintf("%s.%d", base, n)
-	}
-}
-
 // salvaged is what could still be read of a store before a rebuild.
 type salvaged struct {
 	records []*allocator.Record
@@ -218,26 +242,42 @@ type salvaged struct {
 	// unreadable are the addresses whose lookup met a damaged page: the page
 	// may hold their records.
 	unreadable []netip.Addr
+	// openErr is why the store did not open; walkErr why a walk over its
+	// records stopped.
+	openErr, walkErr error
+}
+
+// health says what the salvage found, for an error.
+func (s salvaged) health() string {
+	switch {
+	case s.openErr != nil:
+		return fmt.Sprintf("does not open: %v", s.openErr)
+	case s.walkErr != nil:
+		return fmt.Sprintf("is damaged: %v", s.walkErr)
+	case len(s.damaged) > 0:
+		return fmt.Sprintf("holds %d damaged record(s)", len(s.damaged))
+	}
+	return fmt.Sprintf("is healthy (%d records)", len(s.records))
 }
 
 // maxProbe bounds the addresses a salvage looks up one by one behind a
 // damaged page (a /16's worth: well under a second).
 const maxProbe = 1 << 16
 
-// salvage reads what it can of the store at path: nothing when it does not
-// open; the records that decode, the damaged ones and the range sets
+// salvage reads what it can of the locked store file: nothing when it does
+// not open; the records that decode, the damaged ones and the range sets
 // otherwise. A damaged page stops a walk over the records; then every
 // address of the range sets (up to maxProbe of them) is looked up on its own,
 // so the records on the readable pages past it are kept too, and the
 // addresses whose lookup meets the damaged page are listed as unreadable
 // unless the taken bitmap, read apart, says they were free.
-func salvage(path string) salvaged {
+func salvage(f *store.LockedFile) salvaged {
 	var out salvaged
-	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: storeLockTimeout})
+	st, err := f.Store()
 	if err != nil {
+		out.openErr = err
 		return out
 	}
-	defer st.Close()
 	_ = st.View(func(tx *store.Tx) error {
 		out.sets, _ = tx.RangeSets()
 		return nil
@@ -250,6 +290,7 @@ func salvage(path string) salvaged {
 			return nil
 		})
 	})
+	out.walkErr = walked
 	if walked == nil || !errors.Is(walked, store.ErrPageDamaged) {
 		return out
 	}

@@ -56,7 +56,7 @@ func TestRebuildLogicallyDamagedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := t0
-	aside, n, err := RebuildStore(context.Background(), e.cri, e.path, testNet, list, testRanges, now)
+	aside, n, err := RebuildStore(context.Background(), e.cri, e.path, testNet, list, testRanges, now, RebuildDamaged)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,4 +323,54 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 			t.Fatalf("rebuilt store %v", keys(recs))
 		}
 	})
+}
+
+// RebuildStore judges the store it locked, not the one its caller read: a
+// store that no longer needs the rebuild asked for (another daemon or the
+// CLI rebuilt it meanwhile) is left as it is, with ErrNotRebuilt and nothing
+// set aside; one that does is rebuilt.
+func TestRebuildJudgedUnderTheLock(t *testing.T) {
+	healthy := func(*testing.T, string, [4]byte) {}
+	cut := func(t *testing.T, path string, _ [4]byte) {
+		if err := os.Truncate(path, 8192); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		damage  func(*testing.T, string, [4]byte)
+		when    RebuildWhen
+		rebuilt bool
+	}{
+		{"healthy, the daemon's rule", healthy, RebuildUnreadable, false},
+		{"healthy, without --force", healthy, RebuildDamaged, false},
+		{"healthy, --force", healthy, RebuildAlways, true},
+		{"a damaged record, the daemon's rule", damageRecord, RebuildUnreadable, false},
+		{"a damaged record, without --force", damageRecord, RebuildDamaged, true},
+		{"cut short, the daemon's rule", cut, RebuildUnreadable, true},
+		{"cut short, without --force", cut, RebuildDamaged, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newSweepEnv(t)
+			r := e.alloc("sb-1", t0.Add(-time.Hour))
+			e.alloc("sb-2", t0.Add(-time.Hour))
+			c.damage(t, e.path, r.IP.As4())
+			before, err := os.ReadFile(e.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			aside, _, err := RebuildStore(context.Background(), e.cri, e.path, testNet, nil, testRanges, t0, c.when)
+			asides, _ := filepath.Glob(e.path + ".corrupt-*")
+			if !c.rebuilt {
+				after, _ := os.ReadFile(e.path)
+				if !errors.Is(err, ErrNotRebuilt) || len(asides) != 0 || !bytes.Equal(before, after) {
+					t.Fatalf("RebuildStore = %v, set aside %v, store changed %v; want ErrNotRebuilt and the store left as it is", err, asides, !bytes.Equal(before, after))
+				}
+				return
+			}
+			if err != nil || len(asides) != 1 || asides[0] != aside {
+				t.Fatalf("RebuildStore = %q, %v; set aside %v; want one set-aside file", aside, err, asides)
+			}
+		})
+	}
 }

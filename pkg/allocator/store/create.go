@@ -70,39 +70,68 @@ func isTempName(name string) bool {
 	return ok && strings.HasPrefix(before, ".") && len(before) > 1 && after != "" && strings.Trim(after, "0123456789") == ""
 }
 
-// create makes an initialised store file at path without path ever existing
-// empty. bbolt creates a file and only then locks and initialises it, so a
-// concurrent first use of the network would see an empty file, which Open must
-// treat as lost state. The file is built under a private name and hard-linked
-// into place; if another process got there first, its store is kept. Stale
-// private files of killed creators are removed first (CleanStaleTemp).
+// create makes a complete store file at path without path ever existing
+// empty or incomplete. bbolt creates a file and only then locks and
+// initialises it, so a concurrent first use of the network would see an empty
+// file, which Open must treat as lost state; and a store without its buckets
+// is damage to the daemon, which would set it aside. The store is built
+// complete under a private name (createTemp) and hard-linked into place; if
+// another process got there first, its store is kept. Stale private files of
+// killed creators are removed first (CleanStaleTemp).
 func create(path string) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return &IOError{Op: "create directory", Path: dir, Err: unwrapPath(err)}
 	}
 	_, _ = CleanStaleTemp(dir, StaleTempAge, time.Now())
-	f, err := os.CreateTemp(dir, tempPrefix(filepath.Base(path))+"*")
+	st, err := createTemp(path)
 	if err != nil {
-		return &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
+		return err
 	}
-	tmp := f.Name()
+	tmp := st.path
 	defer os.Remove(tmp)
-	// Errors name the store: the temporary file is removed on return.
-	if err := f.Close(); err != nil {
-		return &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
-	}
-	db, err := bolt.Open(tmp, 0o600, nil) // an empty file: bbolt initialises it
-	if err != nil {
-		return classifyOpenError(path, "create", err)
-	}
-	if err := db.Close(); err != nil {
+	if err := st.Close(); err != nil {
 		return classifyOpenError(path, "create", err)
 	}
 	// link(2) never follows its new path: a symlink there (dangling or not)
 	// is EEXIST, and the Open that follows refuses it.
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil
+		}
+		return &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
+	}
+	if err := syncDir(dir); err != nil {
 		return &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
 	}
 	return nil
+}
+
+// createTemp makes a complete, empty store of this schema (every bucket, the
+// schema, the records count: what a read-write Open would add) under a
+// random name created exclusively beside path (tempPrefix, which
+// CleanStaleTemp knows), fsynced, and returns it open read-write and locked;
+// its Path is the temporary name. The caller fills it, closes it and links or
+// renames it into place.
+func createTemp(path string) (*Store, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), tempPrefix(filepath.Base(path))+"*")
+	if err != nil {
+		return nil, &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
+	}
+	tmp := f.Name()
+	// bbolt initialises the very file created here (an empty file), never
+	// what the name might point to by then.
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil }})
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, classifyOpenError(path, "create", err)
+	}
+	s := &Store{db: db, path: tmp, file: f}
+	if err := s.initialise(); err != nil {
+		db.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return s, nil
 }

@@ -10,69 +10,63 @@ import (
 	"time"
 )
 
-// errLockWait is returned by the open hook when the store lock was not had
-// within the lock timeout; Open reports it as ErrLockTimeout.
+// errLockWait is returned when the store lock was not had within the lock
+// timeout; Open reports it as ErrLockTimeout.
 var errLockWait = errors.New("lock wait timed out")
 
-// waitLockOpen is a bbolt OpenFile hook that opens the store and then waits,
-// blocked in the kernel, for the flock bbolt takes right after opening
-// (exclusive for read-write, shared for read-only). Holding it on the very file
-// bbolt uses makes bbolt's own flock succeed at once.
+// flockWait takes the flock of f (exclusive or shared), waiting blocked in
+// the kernel until deadline.
 //
-// Without it, bbolt polls: flock(LOCK_NB), and on EWOULDBLOCK sleeps 50ms and
-// tries again. Each transaction holds the lock ~2ms, so with a few dozen plugin
+// A blocked flock is woken as soon as the lock is released. bbolt's own wait
+// polls instead: flock(LOCK_NB), and on EWOULDBLOCK it sleeps 50ms and tries
+// again. Each transaction holds the lock ~2ms, so with a few dozen plugin
 // processes (a burst of pod starts) a poller keeps finding the lock taken and
-// waits for seconds. Measured with 32 processes: p99 4.3s, max 9.7s against the
-// 10s default lockTimeout, i.e. spurious CNI error 11. A blocked flock is woken
-// as soon as the lock is released.
+// waits for seconds. Measured with 32 processes: p99 4.3s, max 9.7s against
+// the 10s default lockTimeout, i.e. spurious CNI error 11.
 //
-// On timeout the waiting goroutine is abandoned: when it gets the lock later it
-// closes the file, which releases the lock.
-func waitLockOpen(exclusive bool, timeout time.Duration) func(string, int, os.FileMode) (*os.File, error) {
+// On timeout the waiting goroutine is abandoned: when it gets the lock later
+// it closes f, which releases the lock; the caller must not use f then. Any
+// other flock error is returned with f still open.
+func flockWait(f *os.File, exclusive bool, deadline time.Time) error {
 	how := syscall.LOCK_SH
 	if exclusive {
 		how = syscall.LOCK_EX
 	}
-	return func(name string, flag int, mode os.FileMode) (*os.File, error) {
-		f, err := openBlocking(name, flag, mode)
-		if err != nil {
-			return nil, err
-		}
-		fd := int(f.Fd())
-		if err := syscall.Flock(fd, how|syscall.LOCK_NB); err == nil || !errors.Is(err, syscall.EWOULDBLOCK) {
-			return f, nil // got it, or cannot lock this way: bbolt's own flock decides
-		}
-		var mu sync.Mutex
-		abandoned := false
-		done := make(chan error, 1)
-		go func() {
-			var err error
-			for err = syscall.Flock(fd, how); errors.Is(err, syscall.EINTR); err = syscall.Flock(fd, how) {
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if abandoned {
-				f.Close()
-				return
-			}
-			done <- err
-		}()
-		timer := time.NewTimer(timeout)
-		defer timer.Stop()
-		select {
-		case <-done:
-			return f, nil // on a flock error, bbolt's own flock reports it
-		case <-timer.C:
+	fd := int(f.Fd())
+	err := syscall.Flock(fd, how|syscall.LOCK_NB)
+	if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) {
+		return err
+	}
+	var mu sync.Mutex
+	abandoned := false
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for err = syscall.Flock(fd, how); errors.Is(err, syscall.EINTR); err = syscall.Flock(fd, how) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		select {
-		case <-done:
-			return f, nil
-		default:
-			abandoned = true
-			return nil, errLockWait
+		if abandoned {
+			f.Close()
+			return
 		}
+		done <- err
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case err := <-done:
+		return err
+	default:
+		abandoned = true
+		return errLockWait
 	}
 }
 
@@ -97,3 +91,31 @@ func openBlocking(name string, flag int, mode os.FileMode) (*os.File, error) {
 		}
 	}
 }
+
+// dupFile returns a second descriptor of f's open file description: it
+// shares f's flock, and closing it leaves f open.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	syscall.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// syncDir fsyncs the directory dir, so that a name linked or renamed in it
+// survives a crash.
+func syncDir(dir string) error {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Fsync(fd); err != nil {
+		return &os.PathError{Op: "fsync", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// lockSupported: Open locks and proves the store file itself (lockfile.go).
+const lockSupported = true

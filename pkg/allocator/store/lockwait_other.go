@@ -10,10 +10,18 @@ import (
 
 var errLockWait = errors.New("lock wait timed out")
 
-// waitLockOpen leaves locking to bbolt where flock(2) does not exist.
-func waitLockOpen(bool, time.Duration) func(string, int, os.FileMode) (*os.File, error) {
-	return nil
+// flockWait: flock(2) does not exist here.
+func flockWait(*os.File, bool, time.Time) error { return errors.ErrUnsupported }
+
+func unlockFile(*os.File) error { return errors.ErrUnsupported }
+
+func openBlocking(name string, flag int, mode os.FileMode) (*os.File, error) {
+	return os.OpenFile(name, flag, mode)
 }
 
-// unlockFile is never reached here: waitLockOpen opens no file itself.
-func unlockFile(*os.File) error { return errors.ErrUnsupported }
+func dupFile(*os.File) (*os.File, error) { return nil, errors.ErrUnsupported }
+
+func syncDir(string) error { return nil }
+
+// lockSupported: Open leaves locking to bbolt.
+const lockSupported = false

@@ -25,6 +25,8 @@ type Store struct {
 	// file is the file bbolt opened and locked (nil where Open leaves opening
 	// to bbolt).
 	file *os.File
+	// held: a read view of a LockedFile, which owns the lock (Store).
+	held bool
 }
 
 // nameMax is the longest file name Linux filesystems take (NAME_MAX).
@@ -65,7 +67,36 @@ type OpenOptions struct {
 // (ErrIO). path is never followed if it is a symlink: a symlink there,
 // dangling or not, is an error naming it (ELOOP), and nothing is created at
 // its target.
-func Open(path string, o OpenOptions) (s *Store, err error) {
+//
+// Open keeps the contract of lockfile.go: once it holds the file's lock
+// (exclusive read-write, shared read-only) it proves the file is still the
+// one at path, and starts again with the file now there when it is not (a
+// rebuild renamed a new store over it while Open waited). A path that
+// vanished meanwhile is as if it had been missing. The lock timeout bounds
+// the whole, retries included.
+func Open(path string, o OpenOptions) (*Store, error) {
+	timeout := o.LockTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := open(path, o, timeout, deadline)
+		if !errors.Is(err, errVanished) {
+			return s, err
+		}
+		if !time.Now().Before(deadline) {
+			return nil, &IOError{Op: "open", Path: path, Err: os.ErrNotExist}
+		}
+	}
+}
+
+// errVanished is open's: the file at path went away between its lstat and
+// its lock.
+var errVanished = errors.New("store file vanished")
+
+// open is one try of Open.
+func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time) (s *Store, err error) {
 	fi, statErr := os.Lstat(path)
 	switch {
 	case statErr == nil && fi.Mode()&os.ModeSymlink != 0:
@@ -87,35 +118,44 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 	case statErr != nil:
 		return nil, &IOError{Op: "stat", Path: path, Err: unwrapPath(statErr)}
 	}
+	var locked *LockedFile
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		// bbolt panics on some corruptions it meets while reading pages.
 		if r := recover(); r != nil {
 			s, err = nil, fmt.Errorf("%w: %s: %v", ErrUnreadable, path, r)
+			if locked != nil {
+				locked.f.Close() // bbolt did not: a daemon must not keep the lock
+			}
 		}
 	}()
-	timeout := o.LockTimeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	var file *os.File
-	openFile := waitLockOpen(!o.ReadOnly, timeout)
-	if openFile != nil {
-		wait := openFile
-		openFile = func(name string, flag int, mode os.FileMode) (*os.File, error) {
-			f, err := wait(name, flag, mode)
-			file = f
-			return f, err
+	// bbolt opens the file through lockAt: open, flock with a kernel wait,
+	// prove the file is at path. Holding the lock on the very file bbolt
+	// uses makes bbolt's own flock succeed at once.
+	var lockErr error
+	openFile := func(name string, flag int, _ os.FileMode) (*os.File, error) {
+		locked, lockErr = lockAt(name, flag, !o.ReadOnly, deadline)
+		if lockErr != nil {
+			return nil, lockErr
 		}
+		return locked.f, nil
+	}
+	if !lockSupported {
+		openFile = nil // bbolt's own flock, without the proof
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: o.ReadOnly, OpenFile: openFile})
-	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) || errors.Is(err, errLockWait) {
-			return nil, fmt.Errorf("%w (%s) on %s", ErrLockTimeout, timeout, path)
-		}
+	switch {
+	case errors.Is(lockErr, os.ErrNotExist):
+		return nil, errVanished
+	case err != nil && (errors.Is(err, bolt.ErrTimeout) || errors.Is(err, errLockWait)):
+		return nil, fmt.Errorf("%w (%s) on %s", ErrLockTimeout, timeout, path)
+	case err != nil:
 		return nil, classifyOpenError(path, "open", err)
 	}
-	s = &Store{db: db, path: path, file: file}
+	s = &Store{db: db, path: path}
+	if locked != nil {
+		s.file = locked.f
+	}
 	if !o.ReadOnly {
 		if err := s.init(); err != nil {
 			db.Close()
@@ -131,8 +171,14 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 // Path is the store's file.
 func (s *Store) Path() string { return s.path }
 
-// Close releases the file lock.
-func (s *Store) Close() error { return s.db.Close() }
+// Close releases the file lock (a view opened by LockedFile.Store: nothing;
+// LockedFile.Close ends it).
+func (s *Store) Close() error {
+	if s.held {
+		return nil
+	}
+	return s.db.Close()
+}
 
 // UnlockForExit releases the file lock of a process that is about to exit,
 // leaving the file mapped: the kernel tears the mapping down at exit, which
@@ -143,6 +189,9 @@ func (s *Store) Close() error { return s.db.Close() }
 // calls it right after its one transaction committed, so that concurrent
 // calls waiting for the lock start at once. The Store must not be used after.
 func (s *Store) UnlockForExit() error {
+	if s.held {
+		return nil
+	}
 	if s.file == nil { // Open left opening (and locking) to bbolt
 		return s.Close()
 	}
@@ -159,6 +208,9 @@ func (s *Store) UnlockForExit() error {
 // A panic of bbolt on a page it reads (or a fault on the mapping) is returned
 // as ErrPageDamaged; a failure to write or sync as a *IOError.
 func (s *Store) Update(fn func(*Tx) error) (err error) {
+	if s.held {
+		return errNotLocked
+	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverDamaged(&err, s.path)
 	btx, err := s.db.Begin(true)
