@@ -31,9 +31,10 @@ import (
 //     read, written or synced because of the system, not the file: EROFS,
 //     ENOSPC, EDQUOT, EMFILE, ENFILE, EACCES, EPERM, EIO, ENOMEM... It says
 //     nothing about the store's content: never set aside or rebuild for it.
-//     The plugin answers CNI 5 naming the errno and the path. A symlink in
-//     place of the store file is in this class too (ELOOP): the store is
-//     never opened through one.
+//     The plugin answers CNI 5 naming the errno and the path. A path
+//     refused as ErrUntrusted is in this class too (trust.go): a symlink in
+//     place of the store file (ELOOP: the store is never opened through
+//     one), a store file or data dir another user owns or can write.
 //   - ErrSchema (another layout): the file is a store, but its meta
 //     names another schema than SchemaVersion (an older binary's, or a newer
 //     one's after a downgrade). Its records may be intact, so it is
@@ -72,8 +73,9 @@ func IsDamage(err error) bool {
 	return errors.Is(err, ErrUnreadable) || errors.Is(err, ErrPageDamaged)
 }
 
-// IsEnvironmentError reports whether err is an environment error (ErrIO).
-func IsEnvironmentError(err error) bool { return errors.Is(err, ErrIO) }
+// IsEnvironmentError reports whether err is an environment error (ErrIO, or
+// a path refused as ErrUntrusted).
+func IsEnvironmentError(err error) bool { return errors.Is(err, ErrIO) || errors.Is(err, ErrUntrusted) }
 
 // IOError is an environment error on a store: Op on Path failed with
 // Err, an errno when the system gave one. errors.Is(err, ErrIO) holds,

@@ -5,9 +5,12 @@ package store
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 // errLockWait is returned by the open hook when the store lock was not had
@@ -28,13 +31,13 @@ var errLockWait = errors.New("lock wait timed out")
 //
 // On timeout the waiting goroutine is abandoned: when it gets the lock later it
 // closes the file, which releases the lock.
-func waitLockOpen(exclusive bool, timeout time.Duration) func(string, int, os.FileMode) (*os.File, error) {
+func waitLockOpen(exclusive bool, timeout time.Duration, dir *trustfs.Dir) func(string, int, os.FileMode) (*os.File, error) {
 	how := syscall.LOCK_SH
 	if exclusive {
 		how = syscall.LOCK_EX
 	}
 	return func(name string, flag int, mode os.FileMode) (*os.File, error) {
-		f, err := openBlocking(name, flag, mode)
+		f, err := openBlocking(dir, name, flag)
 		if err != nil {
 			return nil, err
 		}
@@ -79,21 +82,14 @@ func waitLockOpen(exclusive bool, timeout time.Duration) func(string, int, os.Fi
 // unlockFile releases the flock held on f (see Store.UnlockForExit).
 func unlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }
 
-// openBlocking is os.OpenFile (without following a symlink) for a regular file that is only ever read and
-// written with pread/pwrite: the *os.File is made with os.NewFile, so that Go
-// does not try to register it with its network poller (which a regular file
-// never is, but the try starts the poller: epoll and its wake-up fd, for
-// nothing, in every plugin exec).
-func openBlocking(name string, flag int, mode os.FileMode) (*os.File, error) {
-	for {
-		// O_NOFOLLOW: the store is never opened through a symlink (Open
-		// checks with lstat first; this closes the window after it).
-		fd, err := syscall.Open(name, flag|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, uint32(mode.Perm()))
-		if err == nil {
-			return os.NewFile(uintptr(fd), name), nil
-		}
-		if !errors.Is(err, syscall.EINTR) {
-			return nil, &os.PathError{Op: "open", Path: name, Err: err}
-		}
-	}
+// openBlocking opens the store file name in dir (opened by openDataDir) by
+// trustfs's contract: relative to the directory's descriptor, never through
+// a symlink, and only a regular file owned by this process's user or root
+// and not writable by group or others (one fstat, before the lock is waited
+// for: another user's lock is never waited on). The *os.File is made with
+// os.NewFile on a blocking descriptor, so that Go does not try to register it
+// with its network poller (which a regular file never is, but the try starts
+// the poller: epoll and its wake-up fd, for nothing, in every plugin exec).
+func openBlocking(dir *trustfs.Dir, name string, flag int) (*os.File, error) {
+	return dir.OpenFile(filepath.Base(name), flag)
 }

@@ -9,8 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"syscall"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 // ErrLockTimeout means another process held the store lock for the whole timeout.
@@ -64,14 +65,23 @@ type OpenOptions struct {
 // system, no space, too many open files, permissions) is a *IOError
 // (ErrIO). path is never followed if it is a symlink: a symlink there,
 // dangling or not, is an error naming it (ELOOP), and nothing is created at
-// its target.
+// its target. The store file and its data dir are used only when trustfs's
+// contract holds (owned by this process's user or root, not writable by group
+// or others, the data dir not a symlink): else the error matches ErrUntrusted
+// (an environment error) and names the path, owner, mode and fix; the file
+// is opened relative to the checked data dir and checked (fstat) before its
+// lock is waited for.
 func Open(path string, o OpenOptions) (s *Store, err error) {
+	dir, err := openDataDir(path, o.Create)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
 	fi, statErr := os.Lstat(path)
 	switch {
 	case statErr == nil && fi.Mode()&os.ModeSymlink != 0:
 		target, _ := os.Readlink(path)
-		return nil, &IOError{Op: "open", Path: path,
-			Err: fmt.Errorf("is a symlink to %q; hostlease never opens its store through a symlink: %w", target, syscall.ELOOP)}
+		return nil, trustfs.SymlinkError(path, "file", target)
 	case statErr == nil && !fi.Mode().IsRegular():
 		return nil, &IOError{Op: "open", Path: path, Err: fmt.Errorf("is not a regular file (%s)", fi.Mode().Type())}
 	case statErr == nil && fi.Size() == 0:
@@ -99,7 +109,7 @@ func Open(path string, o OpenOptions) (s *Store, err error) {
 		timeout = 10 * time.Second
 	}
 	var file *os.File
-	openFile := waitLockOpen(!o.ReadOnly, timeout)
+	openFile := waitLockOpen(!o.ReadOnly, timeout, dir)
 	if openFile != nil {
 		wait := openFile
 		openFile = func(name string, flag int, mode os.FileMode) (*os.File, error) {
