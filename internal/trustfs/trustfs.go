@@ -352,17 +352,6 @@ func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
 	return st, nil
 }
 
-// Names lists the entries of d (not "." and "..").
-func (d *Dir) Names() ([]string, error) {
-	fd, err := openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: d.path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), d.path)
-	defer f.Close()
-	return f.Readdirnames(-1)
-}
-
 // WriteFile replaces the file name in d with one holding data (mode perm):
 // the data goes to a new file under a random name, created with O_EXCL
 // (never an existing name, never through a link), is synced, and is renamed
@@ -420,3 +409,15 @@ func CheckFile(f *os.File, path string) error {
 // SymlinkError is the refusal of path, a symbolic link to target found where
 // a "file" or a "directory" (kind) was to be opened.
 func SymlinkError(path, kind, target string) error { return symlinkError(path, kind, target) }
+
+// Entries lists the entries of d (not "." and ".."), with their types as
+// the directory records them (a symlink is a symlink: nothing is followed).
+func (d *Dir) Entries() ([]os.DirEntry, error) {
+	fd, err := openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: d.path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	return f.ReadDir(-1)
+}

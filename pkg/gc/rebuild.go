@@ -39,6 +39,9 @@ import (
 // therefore sees either the old store or the rebuilt one, never a missing store
 // it would create empty and allocate from.
 func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time) (aside string, n int, err error) {
+	if err := store.CheckTrusted(path); err != nil {
+		return "", 0, err
+	}
 	var recs []*allocator.Record
 	claimed := map[netip.Addr]bool{}
 	for _, sb := range sandboxes {
