@@ -176,20 +176,19 @@ func symlinkError(path, kind, target string) *UntrustedError {
 }
 
 // refusal explains an openat(dirfd, name, ...O_NOFOLLOW) failure errno on
-// path: a symbolic link (ELOOP, or ENOTDIR with O_DIRECTORY) becomes an
-// *UntrustedError; anything else an *os.PathError (errors.Is(err,
-// fs.ErrNotExist) for ENOENT).
+// path: a symbolic link (ELOOP, or ENOTDIR with O_DIRECTORY), or a file of
+// the wrong type or owner (ENXIO for a FIFO without a reader, EISDIR...),
+// becomes an *UntrustedError; anything else an *os.PathError
+// (errors.Is(err, fs.ErrNotExist) for ENOENT).
 func refusal(dirfd int, name, path, kind string, errno error) error {
-	if errors.Is(errno, syscall.ELOOP) || errors.Is(errno, syscall.ENOTDIR) {
-		var st unix.Stat_t
-		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-			if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-				target, _ := readlinkat(dirfd, name)
-				return symlinkError(path, kind, target)
-			}
-			if errors.Is(errno, syscall.ENOTDIR) {
-				return Check(path, kind, &st)
-			}
+	var st unix.Stat_t
+	if !errors.Is(errno, syscall.ENOENT) && unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			target, _ := readlinkat(dirfd, name)
+			return symlinkError(path, kind, target)
+		}
+		if err := Check(path, kind, &st); err != nil {
+			return err
 		}
 	}
 	return &os.PathError{Op: "open", Path: path, Err: errno}

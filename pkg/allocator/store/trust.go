@@ -40,7 +40,9 @@ func openDataDir(path string, create bool) (*trustfs.Dir, error) {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, &IOError{Op: "open", Path: path, Err: syscall.ENOENT}
 	}
-	return nil, &IOError{Op: "open directory", Path: dir, Err: unwrapPath(err)}
+	// Named by the store's path, as every store error is ("open data dir
+	// of /var/lib/cni/hostlease/net.db: too many open files (EMFILE)").
+	return nil, &IOError{Op: "open data dir of", Path: path, Err: unwrapPath(err)}
 }
 
 // CheckTrusted checks the store at path and its data dir by trustfs's
