@@ -42,8 +42,9 @@ func wantExit1(t *testing.T, what string, r result, says ...string) {
 		t.Errorf("%s: want exit 1\n%s", what, r)
 	}
 	for _, s := range says {
-		if !strings.Contains(r.stderr, s) {
-			t.Errorf("%s: stderr does not say %q\n%s", what, s, r)
+		// status reports a store it cannot read in its row (stdout).
+		if !strings.Contains(r.stderr+r.stdout, s) {
+			t.Errorf("%s: output does not say %q\n%s", what, s, r)
 		}
 	}
 }

@@ -40,7 +40,9 @@ func stateOf(t *testing.T, path string) fileState {
 	return fileState{b, fi.ModTime()}
 }
 
-func (s fileState) same(o fileState) bool { return bytes.Equal(s.data, o.data) && s.mtime.Equal(o.mtime) }
+func (s fileState) same(o fileState) bool {
+	return bytes.Equal(s.data, o.data) && s.mtime.Equal(o.mtime)
+}
 
 // wantRefused checks that o is CNI error 5 saying every one of says.
 func wantRefused(t *testing.T, what string, o outcome, says ...string) {

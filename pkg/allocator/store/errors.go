@@ -136,7 +136,8 @@ func classifyOpenError(path, op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema):
+	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema),
+		errors.Is(err, ErrUntrusted):
 		return err
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
@@ -208,7 +209,8 @@ func classifyTxError(path string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema):
+	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema),
+		errors.Is(err, ErrUntrusted):
 		return err
 	}
 	if isSystemError(err) {
