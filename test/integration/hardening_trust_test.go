@@ -121,7 +121,8 @@ func TestTrustForeignStoreInWorldWritableDataDir(t *testing.T) {
 }
 
 // A data dir another user made (here uid 65534, mode 0755, in a sticky
-// /tmp-like directory) is refused: no store, no kick file is created in it.
+// /tmp-like directory) is refused: no store, no kick file is created in it;
+// STATUS says no ADD can succeed; DEL succeeds.
 func TestTrustDataDirOwnedByAnotherUser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -131,9 +132,13 @@ func TestTrustDataDirOwnedByAnotherUser(t *testing.T) {
 	c := call{Command: "ADD", ContainerID: "a", IfName: "eth0", Netns: "/x"}
 	wantRefused(t, "ADD in a data dir owned by uid 65534", runPlugin(ctx, c, conf),
 		"directory "+dataDir, "owned by uid 65534", "mode 0755", "chown 0 "+dataDir)
-	for _, cmd := range []string{"DEL", "GC"} {
-		c.Command = cmd
-		runPlugin(ctx, c, conf)
+	c.Command = "STATUS"
+	if o := runPlugin(ctx, c, conf); o.Err == nil || o.Err.Code != 50 || !strings.Contains(o.Err.Msg, "owned by uid 65534") {
+		t.Errorf("STATUS with a data dir owned by uid 65534: %v; want 50 naming it (no ADD can succeed)", o)
+	}
+	c.Command = "DEL"
+	if o := runPlugin(ctx, c, conf); !o.OK() {
+		t.Errorf("DEL: %v", o)
 	}
 	if entries, _ := os.ReadDir(dataDir); len(entries) != 0 {
 		t.Errorf("files were created in another user's data dir: %v", entries)
