@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
@@ -59,12 +58,16 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	src := allocator.HostLocalDir(a.hlBase, a.network)
-	if fi, err := os.Stat(src); err != nil || !fi.IsDir() {
-		if err == nil {
-			err = errors.New("not a directory")
-		}
-		return fmt.Errorf("no host-local state for network %s: %s: %w (host-local's data dir is --host-local-dir)", a.network, src, err)
+	// Checked before the store is opened (and created): host-local state
+	// that is a symlink or another user's is refused (trustfs's contract).
+	d, err := trustfs.OpenDir(src)
+	if trustfs.IsUntrusted(err) {
+		return fmt.Errorf("host-local state for network %s: %w", a.network, err)
 	}
+	if err != nil {
+		return fmt.Errorf("no host-local state for network %s: %s: %w (host-local's data dir is --host-local-dir)", a.network, src, unwrapPathErr(err))
+	}
+	d.Close()
 	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second})
 	if err != nil {
 		return err
@@ -112,30 +115,23 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	n := 0
 	var damaged []allocator.DamagedRecord
 	err = st.View(func(tx *store.Tx) error {
-		n, err = allocator.ExportHostLocal(tx, dst)
-		if err != nil {
-			return err
-		}
 		// A damaged record's address is still reserved: host-local must not
 		// hand it out either. Its owner, as far as readable, goes in the
 		// file (host-local's DEL of that owner then frees it).
 		damaged = tx.DamagedRecords()
+		var extra []allocator.HostLocalReservation
 		for _, d := range damaged {
 			if !d.IP.IsValid() {
 				continue
 			}
-			owner := d.ContainerID
-			if owner == "" {
-				owner = "hostlease-damaged-record"
-			} else if d.IfName != "" {
-				owner += "\r\n" + d.IfName
+			if d.ContainerID == "" {
+				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: "hostlease-damaged-record"})
+			} else {
+				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: d.ContainerID, IfName: d.IfName})
 			}
-			if err := writeFileAtomic(filepath.Join(dst, d.IP.String()), []byte(owner)); err != nil {
-				return err
-			}
-			n++
 		}
-		return nil
+		n, err = allocator.ExportHostLocal(tx, dst, extra)
+		return err
 	})
 	if err != nil {
 		return err
@@ -150,16 +146,12 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// writeFileAtomic writes data beside path and renames it into place, so
-// host-local never reads a half-written reservation.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp-hostlease-gc"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
+// unwrapPathErr is err without an *fs.PathError's own operation and path
+// (the message names the path already).
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return err
 }

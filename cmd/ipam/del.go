@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -29,6 +28,8 @@ import (
 // the attachment holds nothing; only an allocation it can see and cannot
 // release fails it (CNI 5 naming the errno). A damaged record that may be
 // the attachment's is logged and left reserved (an operator releases it).
+// State refused by trustfs's contract (a symlink, another user's file or
+// directory) releases nothing and succeeds, logged (logUntrusted says why).
 func cmdDel(args *skel.CmdArgs) error {
 	c, err := netconf.Load(args.StdinData, args.Args)
 	if err != nil {
@@ -51,6 +52,9 @@ func cmdDel(args *skel.CmdArgs) error {
 	s, err := openStore(c, store.OpenOptions{Create: create})
 	if err != nil {
 		switch {
+		case errors.Is(err, store.ErrUntrusted):
+			logUntrusted(log, err)
+			return nil
 		case store.IsDamage(err):
 			log().Warn("store unreadable: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
@@ -82,6 +86,9 @@ func cmdDel(args *skel.CmdArgs) error {
 		case store.IsDamage(err):
 			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
+		case errors.Is(err, store.ErrUntrusted) && len(released) == 0:
+			logUntrusted(log, err) // host-local's state, met by the first import
+			return nil
 		case store.IsEnvironmentError(err) && len(released) == 0:
 			// Nothing was held; what could not be written was an index
 			// repair (or the first import), which the next writer redoes.
@@ -95,6 +102,19 @@ func cmdDel(args *skel.CmdArgs) error {
 		logNothingHeld(log, notes.damaged)
 	}
 	return nil
+}
+
+// logUntrusted logs a DEL that refused its state (a store, data dir or
+// host-local file that is a symlink, or that another user owns or can
+// write: trustfs's contract) and so releases nothing. Such state is neither
+// written nor read: it may be another user's, planted to be trusted. DEL
+// still succeeds, as for missing state: a DEL that fails is retried forever
+// and blocks the sandbox (multus #1498), and succeeding hands nothing out
+// twice, because ADD, CHECK and the daemon refuse the same state until the
+// operator fixes it; an address the refused store did hold for this
+// attachment is then a leak the daemon reclaims by its rules.
+func logUntrusted(log func() *slog.Logger, err error) {
+	log().Warn("state refused (not trusted): nothing released, nothing written; fix it as the error says", "error", err)
 }
 
 // logNothingHeld logs a DEL that released nothing, naming any damaged
@@ -116,15 +136,6 @@ func logNothingHeld(log func() *slog.Logger, damaged []allocator.DamagedRecord) 
 // environment error: it looks at the store read-only and succeeds when the
 // attachment holds nothing there.
 func delReadOnly(c *netconf.Config, args *skel.CmdArgs, log func() *slog.Logger, rwErr error) error {
-	if errors.Is(rwErr, syscall.ELOOP) {
-		// A symlink at the store path is never followed. A dangling one
-		// holds nothing; one that points at a file is the operator's to fix.
-		if _, err := os.Stat(store.FilePath(c.StoreDir, c.Network)); errors.Is(err, os.ErrNotExist) {
-			log().Warn("a dangling symlink is in place of the store: nothing to release", "error", rwErr)
-			return nil
-		}
-		return storeError(c, rwErr)
-	}
 	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		if store.IsDamage(err) {

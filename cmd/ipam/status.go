@@ -10,6 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
@@ -21,7 +22,9 @@ import (
 // later every pod without a toleration is evicted. So STATUS fails (code 50)
 // only when no ADD can succeed at all: the store file is unreadable (waiting
 // for hostlease-gc to rebuild it) or cannot be written, or the store does not
-// exist yet and the data dir cannot be written to create it. A full range set
+// exist yet and the data dir cannot be written to create it, or the store or
+// its data dir is refused by trustfs's contract (a symlink, another user's,
+// writable by group or others). A full range set
 // is an alert (hostlease-gc's metrics), not a node outage: STATUS reports it
 // only with ipam "failStatusOnExhaustion": true.
 func cmdStatus(args *skel.CmdArgs) error {
@@ -37,6 +40,11 @@ func cmdStatus(args *skel.CmdArgs) error {
 	}
 	path := store.FilePath(c.StoreDir, c.Network)
 	if !storeExists(c) {
+		if d, err := trustfs.OpenDir(c.StoreDir); err == nil {
+			d.Close()
+		} else if trustfs.IsUntrusted(err) {
+			return unavailable("%v; ADD fails until it is fixed", err)
+		}
 		if dir, err := writableDir(c.StoreDir); err != nil {
 			return unavailable("data dir %s cannot be written (%v): no store can be created; ADD fails until it can", dir, err)
 		}

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
@@ -37,12 +36,16 @@ func openStore(c *netconf.Config, o store.OpenOptions) (*store.Store, error) {
 // 11 (try again later) for a lock timeout or a store the daemon will set
 // aside and rebuild; 5 for an environment error (naming the errno and the
 // path), for a damaged page (the operator rebuilds it) and for a store of
-// another schema (the operator runs the matching binary); 5 for anything else.
+// another schema (the operator runs the matching binary); 5 for a store,
+// data dir or host-local file refused by trustfs's contract (the message
+// names the path, owner, mode and fix); 5 for anything else.
 func storeError(c *netconf.Config, err error) error {
 	var cerr *types.Error
 	switch {
 	case errors.As(err, &cerr):
 		return cerr
+	case errors.Is(err, store.ErrUntrusted):
+		return types.NewError(types.ErrIOFailure, err.Error(), "")
 	case errors.Is(err, store.ErrLockTimeout):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	case errors.Is(err, store.ErrUnreadable):
@@ -94,13 +97,24 @@ func hostLocalStateExists(c *netconf.Config) bool {
 	return err == nil
 }
 
-// kick tells hostlease-gc to sweep now: it watches this file's mtime.
+// kick tells hostlease-gc to sweep now: it watches the mtime of
+// <dataDir>/.kick. The file is touched relative to the data dir opened by
+// trustfs's contract, never through a symlink (a link at .kick, dangling or
+// not, is left alone: nothing is created or touched where it points), never a
+// FIFO (no block), never a file another user owns or can write. A kick that
+// cannot be made is logged: the daemon's next sweep comes all the same.
 func kick(c *netconf.Config) {
-	path := filepath.Join(c.StoreDir, ".kick")
-	now := time.Now()
-	if err := os.Chtimes(path, now, now); err != nil {
-		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-			f.Close()
-		}
+	err := touchKick(c.StoreDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		logWith("network", c.Network).Warn("could not kick hostlease-gc (it sweeps at its next interval)", "error", err)
 	}
+}
+
+func touchKick(dir string) error {
+	d, err := trustfs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Touch(".kick")
 }

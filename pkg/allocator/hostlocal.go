@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 // host-local's on-disk format: one file per reserved address named after it,
@@ -59,11 +61,25 @@ func MigrateOnce(tx Store, dir, network string, sets []StoredRangeSet, now time.
 // contains them (-1 when none does), with Source SourceHostLocal (the store
 // indexes them: Store.HostLocalRecords). Addresses already in the store are
 // left alone. It returns how many records it added. A missing dir imports nothing.
+//
+// dir and the files read from it are trusted only by trustfs's contract: a
+// dir or file that is a symlink, or that another user owns or can write, is
+// refused (an error matching trustfs.ErrUntrusted naming it, its owner and
+// mode, and the fix), and nothing is imported: importing another user's
+// files would let them reserve or shape this network's addresses.
 func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
-	entries, err := os.ReadDir(dir)
+	d, err := trustfs.OpenDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
+	if trustfs.IsUntrusted(err) {
+		return 0, fmt.Errorf("host-local state: %w", err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading host-local state %s: %w", dir, err)
+	}
+	defer d.Close()
+	entries, err := d.Entries()
 	if err != nil {
 		return 0, fmt.Errorf("reading host-local state %s: %w", dir, err)
 	}
@@ -75,7 +91,10 @@ func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now t
 		}
 		if idx, ok := strings.CutPrefix(name, hostLocalLastPrefix); ok {
 			i, err1 := strconv.Atoi(idx)
-			data, err2 := os.ReadFile(filepath.Join(dir, name))
+			data, err2 := d.ReadFile(name, hostLocalMaxFile)
+			if trustfs.IsUntrusted(err2) {
+				return n, fmt.Errorf("host-local state: %w", err2)
+			}
 			ip, err3 := netip.ParseAddr(strings.TrimSpace(string(data)))
 			if err1 == nil && err2 == nil && err3 == nil {
 				if _, has := tx.LastReserved(i); !has {
@@ -94,7 +113,10 @@ func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now t
 		if tx.Taken(ip) || tx.HasRecord(ip) {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, name))
+		data, err := d.ReadFile(name, hostLocalMaxFile)
+		if trustfs.IsUntrusted(err) {
+			return n, fmt.Errorf("host-local state: %w", err)
+		}
 		if err != nil {
 			return n, fmt.Errorf("reading host-local reservation %s: %w", name, err)
 		}
@@ -123,20 +145,48 @@ func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now t
 	return n, nil
 }
 
-// ExportHostLocal writes the store's reservations and round-robin points to dir
-// in host-local's format, for rolling back to host-local. Existing files for the
-// same addresses are overwritten; other files are left alone.
-func ExportHostLocal(tx Store, dir string) (int, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// hostLocalMaxFile bounds what is read of one host-local file (a container
+// ID and an ifname, or an address).
+const hostLocalMaxFile = 64 << 10
+
+// HostLocalReservation is a reservation file ExportHostLocal writes besides
+// the store's records: dir/<IP> holding ContainerID, and "\r\n"+IfName when
+// IfName is set.
+type HostLocalReservation struct {
+	IP                  netip.Addr
+	ContainerID, IfName string
+}
+
+// ExportHostLocal writes the store's reservations, then extra, then the
+// round-robin points to dir in host-local's format, for rolling back to
+// host-local. Existing files for the same addresses are replaced; other files
+// are left alone.
+//
+// dir (created 0755 when missing, its parents too) is used only by trustfs's
+// contract: a dir that is a symlink, or that another user owns or can write,
+// is refused before anything is written. Each file is written under a new
+// random name (O_EXCL) and renamed into place relative to the directory
+// opened: a link planted at a file's name, or at any predictable temporary
+// name, is never written through.
+func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation) (int, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return 0, err
 	}
-	n := 0
-	err := tx.ForEach(func(r *Record) error {
-		content := r.ContainerID
-		if r.IfName != "" {
-			content += hostLocalLineBreak + r.IfName
+	d, err := trustfs.MkdirOpen(dir, 0o755)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	write := func(name, content string) error { return d.WriteFile(name, []byte(content), 0o600) }
+	reservation := func(r HostLocalReservation) string {
+		if r.IfName == "" {
+			return r.ContainerID
 		}
-		if err := writeFileAtomic(filepath.Join(dir, r.IP.String()), []byte(content)); err != nil {
+		return r.ContainerID + hostLocalLineBreak + r.IfName
+	}
+	n := 0
+	err = tx.ForEach(func(r *Record) error {
+		if err := write(hostLocalFileName(r.IP), reservation(HostLocalReservation{r.IP, r.ContainerID, r.IfName})); err != nil {
 			return err
 		}
 		n++
@@ -144,6 +194,12 @@ func ExportHostLocal(tx Store, dir string) (int, error) {
 	})
 	if err != nil {
 		return n, err
+	}
+	for _, r := range extra {
+		if err := write(hostLocalFileName(r.IP), reservation(r)); err != nil {
+			return n, err
+		}
+		n++
 	}
 	sets, err := tx.RangeSets()
 	if errors.Is(err, ErrDamagedValue) {
@@ -157,22 +213,12 @@ func ExportHostLocal(tx Store, dir string) (int, error) {
 	}
 	for i := range sets {
 		if ip, ok := tx.LastReserved(i); ok {
-			if err := writeFileAtomic(filepath.Join(dir, hostLocalLastPrefix+strconv.Itoa(i)), []byte(ip.String())); err != nil {
+			if err := write(hostLocalLastPrefix+strconv.Itoa(i), ip.String()); err != nil {
 				return n, err
 			}
 		}
 	}
 	return n, nil
-}
-
-// writeFileAtomic writes data to a temporary file and renames it into place so a
-// reader never sees a half-written file.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp-hostlease"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // ReleaseVanishedHostLocal releases every record imported from host-local
@@ -186,22 +232,26 @@ func writeFileAtomic(path string, data []byte) error {
 // Only host-local's own DEL is taken as proof: it removes one reservation
 // file and leaves its "lock" file (which every host-local call creates). A
 // missing dir, or a dir without its lock file (an operator's wipe of the
-// host-local state, not a DEL), releases nothing. ADD calls it; the daemon
+// host-local state, not a DEL), releases nothing; nor does a dir refused by
+// trustfs's contract (a symlink, another user's, writable by group or
+// others): whoever can change it could fake a DEL. ADD calls it; the daemon
 // may too.
 func ReleaseVanishedHostLocal(tx Store, dir string, now time.Time) ([]*Record, error) {
 	recs, err := tx.HostLocalRecords()
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+	d, err := trustfs.OpenDir(dir)
+	if err != nil {
 		return nil, nil
 	}
-	if _, err := os.Lstat(filepath.Join(dir, hostLocalLockFile)); err != nil {
+	defer d.Close()
+	if _, err := d.Lstat(hostLocalLockFile); err != nil {
 		return nil, nil
 	}
 	var out []*Record
 	for _, r := range recs {
-		if _, err := os.Lstat(filepath.Join(dir, hostLocalFileName(r.IP))); !errors.Is(err, os.ErrNotExist) {
+		if _, err := d.Lstat(hostLocalFileName(r.IP)); !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		why := Why{Action: AuditHostLocalGone, Reason: "host-local reservation file removed (host-local DEL)", By: "plugin"}

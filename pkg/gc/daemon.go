@@ -170,9 +170,10 @@ func (d *Daemon) Handler() http.Handler {
 	return mux
 }
 
-// modTime is the file's mtime, or the zero time when it cannot be read.
+// modTime is the file's mtime, or the zero time when it cannot be read. A
+// symlink's own mtime: nothing is followed.
 func modTime(path string) time.Time {
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return time.Time{}
 	}

@@ -2,6 +2,7 @@ package gc
 
 import (
 	"errors"
+	"syscall"
 
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
@@ -46,6 +47,12 @@ func errnoOf(err error) string {
 		if e := ioe.Errno(); e != 0 {
 			return store.ErrnoName(e)
 		}
+	}
+	// A refused path (store.ErrUntrusted) stands for ELOOP (a symlink) or
+	// EPERM (an owner or a mode).
+	var errno syscall.Errno
+	if errors.Is(err, store.ErrUntrusted) && errors.As(err, &errno) {
+		return store.ErrnoName(errno)
 	}
 	return ""
 }

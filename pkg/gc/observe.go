@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
@@ -217,26 +218,32 @@ func (s *Sweeper) hostLocalDir(network string) string {
 
 // hostLocalFileGone reports whether a record imported from host-local has
 // lost its reservation file in dir (which must exist with host-local's lock
-// file: a missing or wiped directory proves nothing about single containers).
-// Only then does a sweep write.
+// file: a missing or wiped directory proves nothing about single containers;
+// nor does one refused by trustfs's contract, which another user could
+// change). Only then does a sweep write.
 func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
-	checked := false
+	var d *trustfs.Dir
+	defer func() {
+		if d != nil {
+			d.Close()
+		}
+	}()
 	for _, r := range recs {
 		if r.Source != allocator.SourceHostLocal {
 			continue
 		}
-		if !checked {
-			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		if d == nil {
+			var err error
+			if d, err = trustfs.OpenDir(dir); err != nil {
 				return false
 			}
 			// host-local's DEL leaves its lock file; a wiped directory has
 			// none and proves nothing (ReleaseVanishedHostLocal's rule).
-			if _, err := os.Lstat(filepath.Join(dir, "lock")); err != nil {
+			if _, err := d.Lstat("lock"); err != nil {
 				return false
 			}
-			checked = true
 		}
-		if _, err := os.Lstat(filepath.Join(dir, r.IP.String())); errors.Is(err, os.ErrNotExist) {
+		if _, err := d.Lstat(r.IP.String()); errors.Is(err, os.ErrNotExist) {
 			return true
 		}
 	}

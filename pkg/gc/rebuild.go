@@ -50,6 +50,9 @@ import (
 // longer needs the rebuild asked for (another process rebuilt it since it was
 // judged) is left as it is, with ErrNotRebuilt.
 func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen) (aside string, n int, err error) {
+	if err := store.CheckTrusted(path); err != nil {
+		return "", 0, err
+	}
 	var recs []*allocator.Record
 	claimed := map[netip.Addr]bool{}
 	for _, sb := range sandboxes {

@@ -137,7 +137,7 @@ func TestHardeningFullFilesystem(t *testing.T) {
 	// Each call gets its own mount namespace with a 256 KiB tmpfs over the
 	// data dir, filled to the last block: the host's mounts are untouched.
 	wrapper := []string{"unshare", "-m", "--propagation", "private", "--", "sh", "-c",
-		`mount -t tmpfs -o size=256k tmpfs "$0" && (dd if=/dev/zero of="$0/fill" bs=4k 2>/dev/null; true) && exec "$1"`, dir}
+		`mount -t tmpfs -o size=256k,mode=0755 tmpfs "$0" && (dd if=/dev/zero of="$0/fill" bs=4k 2>/dev/null; true) && exec "$1"`, dir}
 	if o := wrapped(ctx, wrapper, call{Command: "VERSION"}, nil); o.ExitErr != nil {
 		t.Skipf("cannot mount a private tmpfs here: %v", o)
 	}

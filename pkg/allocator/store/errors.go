@@ -32,9 +32,10 @@ import (
 //     read, written or synced because of the system, not the file: EROFS,
 //     ENOSPC, EDQUOT, EMFILE, ENFILE, EACCES, EPERM, EIO, ENOMEM... It says
 //     nothing about the store's content: never set aside or rebuild for it.
-//     The plugin answers CNI 5 naming the errno and the path. A symlink in
-//     place of the store file is in this class too (ELOOP): the store is
-//     never opened through one.
+//     The plugin answers CNI 5 naming the errno and the path. A path
+//     refused as ErrUntrusted is in this class too (trust.go): a symlink in
+//     place of the store file (ELOOP: the store is never opened through
+//     one), a store file or data dir another user owns or can write.
 //   - ErrSchema (another layout): the file is a store, but its meta
 //     names another schema than SchemaVersion (an older binary's, or a newer
 //     one's after a downgrade). Its records may be intact, so it is
@@ -73,8 +74,9 @@ func IsDamage(err error) bool {
 	return errors.Is(err, ErrUnreadable) || errors.Is(err, ErrPageDamaged)
 }
 
-// IsEnvironmentError reports whether err is an environment error (ErrIO).
-func IsEnvironmentError(err error) bool { return errors.Is(err, ErrIO) }
+// IsEnvironmentError reports whether err is an environment error (ErrIO, or
+// a path refused as ErrUntrusted).
+func IsEnvironmentError(err error) bool { return errors.Is(err, ErrIO) || errors.Is(err, ErrUntrusted) }
 
 // IOError is an environment error on a store: Op on Path failed with
 // Err, an errno when the system gave one. errors.Is(err, ErrIO) holds,
@@ -123,7 +125,8 @@ func classifyOpenError(path, op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema):
+	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema),
+		errors.Is(err, ErrUntrusted):
 		return err
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
@@ -205,7 +208,8 @@ func classifyTxError(path string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema):
+	case errors.Is(err, ErrUnreadable), errors.Is(err, ErrPageDamaged), errors.Is(err, ErrIO), errors.Is(err, ErrSchema),
+		errors.Is(err, ErrUntrusted):
 		return err
 	}
 	if isSystemError(err) {

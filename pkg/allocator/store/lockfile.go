@@ -9,6 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 // One writer per store file, and every opener proves it holds the file at
@@ -74,9 +76,17 @@ func LockFile(path string, o LockOptions) (*LockedFile, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	l, err := lockAt(path, os.O_RDONLY, o.Exclusive, time.Now().Add(timeout))
+	dir, err := openDataDir(path, false)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	l, err := lockAt(dir, path, os.O_RDONLY, o.Exclusive, time.Now().Add(timeout))
 	if errors.Is(err, errLockWait) {
 		return nil, fmt.Errorf("%w (%s) on %s", ErrLockTimeout, timeout, path)
+	}
+	if trustfs.IsUntrusted(err) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, &IOError{Op: "lock", Path: path, Err: unwrapPath(err)}
@@ -84,14 +94,15 @@ func LockFile(path string, o LockOptions) (*LockedFile, error) {
 	return l, nil
 }
 
-// lockAt is LockFile's loop: open path with flag, flock, prove, retry on a
-// mismatch until deadline. Open's bbolt hook calls it too.
-func lockAt(path string, flag int, exclusive bool, deadline time.Time) (*LockedFile, error) {
+// lockAt is LockFile's loop: open path with flag (relative to its checked
+// data dir, by trustfs's contract), flock, prove, retry on a mismatch until
+// deadline. Open's bbolt hook calls it too.
+func lockAt(dir *trustfs.Dir, path string, flag int, exclusive bool, deadline time.Time) (*LockedFile, error) {
 	// Never create here: a store comes into being complete (create), and a
 	// path that vanished is reported as missing.
 	flag &^= os.O_CREATE | os.O_TRUNC | os.O_EXCL
 	for {
-		f, err := openBlocking(path, flag, 0)
+		f, err := openBlocking(dir, path, flag)
 		if err != nil {
 			return nil, err
 		}

@@ -5,9 +5,12 @@ package store
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 // errLockWait is returned when the store lock was not had within the lock
@@ -73,23 +76,16 @@ func flockWait(f *os.File, exclusive bool, deadline time.Time) error {
 // unlockFile releases the flock held on f (see Store.UnlockForExit).
 func unlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }
 
-// openBlocking is os.OpenFile (without following a symlink) for a regular file that is only ever read and
-// written with pread/pwrite: the *os.File is made with os.NewFile, so that Go
-// does not try to register it with its network poller (which a regular file
-// never is, but the try starts the poller: epoll and its wake-up fd, for
-// nothing, in every plugin exec; measured ~20 us of CPU per call, 1e8faa0).
-func openBlocking(name string, flag int, mode os.FileMode) (*os.File, error) {
-	for {
-		// O_NOFOLLOW: the store is never opened through a symlink (Open
-		// checks with lstat first; this closes the window after it).
-		fd, err := syscall.Open(name, flag|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, uint32(mode.Perm()))
-		if err == nil {
-			return os.NewFile(uintptr(fd), name), nil
-		}
-		if !errors.Is(err, syscall.EINTR) {
-			return nil, &os.PathError{Op: "open", Path: name, Err: err}
-		}
-	}
+// openBlocking opens the store file name in dir (opened by openDataDir) by
+// trustfs's contract: relative to the directory's descriptor, never through
+// a symlink, and only a regular file owned by this process's user or root
+// and not writable by group or others (one fstat, before the lock is waited
+// for: another user's lock is never waited on). The *os.File is made with
+// os.NewFile on a blocking descriptor, so that Go does not try to register it
+// with its network poller (which a regular file never is, but the try starts
+// the poller: epoll and its wake-up fd, for nothing, in every plugin exec).
+func openBlocking(dir *trustfs.Dir, name string, flag int) (*os.File, error) {
+	return dir.OpenFile(filepath.Base(name), flag)
 }
 
 // dupFile returns a second descriptor of f's open file description: it

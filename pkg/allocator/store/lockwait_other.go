@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 var errLockWait = errors.New("lock wait timed out")
@@ -15,8 +17,8 @@ func flockWait(*os.File, bool, time.Time) error { return errors.ErrUnsupported }
 
 func unlockFile(*os.File) error { return errors.ErrUnsupported }
 
-func openBlocking(name string, flag int, mode os.FileMode) (*os.File, error) {
-	return os.OpenFile(name, flag, mode)
+func openBlocking(dir *trustfs.Dir, name string, flag int) (*os.File, error) {
+	return os.OpenFile(name, flag, 0)
 }
 
 func dupFile(*os.File) (*os.File, error) { return nil, errors.ErrUnsupported }

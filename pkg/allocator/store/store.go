@@ -9,8 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"syscall"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 // ErrLockTimeout means another process held the store lock for the whole timeout.
@@ -66,7 +67,12 @@ type OpenOptions struct {
 // system, no space, too many open files, permissions) is a *IOError
 // (ErrIO). path is never followed if it is a symlink: a symlink there,
 // dangling or not, is an error naming it (ELOOP), and nothing is created at
-// its target.
+// its target. The store file and its data dir are used only when trustfs's
+// contract holds (owned by this process's user or root, not writable by group
+// or others, the data dir not a symlink): else the error matches ErrUntrusted
+// (an environment error) and names the path, owner, mode and fix; the file
+// is opened relative to the checked data dir and checked (fstat) before its
+// lock is waited for.
 //
 // Open keeps the contract of lockfile.go: once it holds the file's lock
 // (exclusive read-write, shared read-only) it proves the file is still the
@@ -97,12 +103,16 @@ var errVanished = errors.New("store file vanished")
 
 // open is one try of Open.
 func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time) (s *Store, err error) {
+	dir, err := openDataDir(path, o.Create)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
 	fi, statErr := os.Lstat(path)
 	switch {
 	case statErr == nil && fi.Mode()&os.ModeSymlink != 0:
 		target, _ := os.Readlink(path)
-		return nil, &IOError{Op: "open", Path: path,
-			Err: fmt.Errorf("is a symlink to %q; hostlease never opens its store through a symlink: %w", target, syscall.ELOOP)}
+		return nil, trustfs.SymlinkError(path, "file", target)
 	case statErr == nil && !fi.Mode().IsRegular():
 		return nil, &IOError{Op: "open", Path: path, Err: fmt.Errorf("is not a regular file (%s)", fi.Mode().Type())}
 	case statErr == nil && fi.Size() == 0:
@@ -134,7 +144,7 @@ func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time)
 	// uses makes bbolt's own flock succeed at once.
 	var lockErr error
 	openFile := func(name string, flag int, _ os.FileMode) (*os.File, error) {
-		locked, lockErr = lockAt(name, flag, !o.ReadOnly, deadline)
+		locked, lockErr = lockAt(dir, name, flag, !o.ReadOnly, deadline)
 		if lockErr != nil {
 			return nil, lockErr
 		}
