@@ -231,7 +231,7 @@ func TestRuntimesNetnsDirProvesDeath(t *testing.T) {
 		return v >= 1, fmt.Sprintf("sweeps %v", v)
 	})
 	if v := d.scrape().value(t, "hostlease_netns_dir_verified", nil); v != 1 {
-		t.Errorf("hostlease_netns_dir_verified %v with the runtime's directory, want 1", v)
+		t.Fatalf("hostlease_netns_dir_verified %v with the runtime's directory, want 1", v)
 	}
 	n.tearDownNetns(gone)
 	eventually(t, "the torn-down sandbox reclaimed", func() (bool, string) {
