@@ -131,7 +131,7 @@ func netnsDoubt(e allocator.NetnsEvidence, r *allocator.Record, view NetnsDirVie
 // Netns proof states (NetnsProofStatus.State).
 const (
 	NetnsProofVerified    = "verified"     // a record's witness matches --netns-dir
-	NetnsProofUnreadable  = "unreadable"   // --netns-dir cannot be stat'ed
+	NetnsProofUnreadable  = "unreadable"   // --netns-dir, where records' netns are, cannot be stat'ed
 	NetnsProofLiveMissing = "live_missing" // a READY sandbox's netns is missing there
 	NetnsProofOtherDir    = "other_dir"    // records saw another directory
 	NetnsProofElsewhere   = "elsewhere"    // records' netns lie outside --netns-dir
@@ -200,21 +200,27 @@ func NetnsProof(view NetnsDirView, nets []NetnsFacts) NetnsProofStatus {
 			named += n
 		}
 	}
+	// An unreadable directory is worth a warning only when records need it;
+	// otherwise it is said as part of why the proof waits.
+	dirNote := ""
+	if view.Err != nil {
+		dirNote = fmt.Sprintf(" (and --netns-dir %s cannot be read: %v)", view.Dir, view.Err)
+	}
 	switch {
-	case view.Err != nil:
-		return set(NetnsProofUnreadable, fmt.Sprintf("--netns-dir %s cannot be read (%v): no missing netns proves a death", view.Dir, view.Err), view.Err.Error())
 	case live > 0:
 		return set(NetnsProofLiveMissing, fmt.Sprintf("%d READY sandboxes' netns are missing from --netns-dir %s: no missing netns proves a death on their networks", live, view.Dir), view.ID.String())
 	case ev[allocator.NetnsProvable] > 0:
 		st.Verified = true
 		return set(NetnsProofVerified, fmt.Sprintf("--netns-dir %s is directory %s, the one the plugin records: a missing netns proves a death", view.Dir, view.ID), view.ID.String())
+	case ev[allocator.NetnsDirUnseen] > 0:
+		return set(NetnsProofUnreadable, fmt.Sprintf("--netns-dir %s cannot be read (%v), and %d records' netns are there: no missing netns proves a death", view.Dir, view.Err, ev[allocator.NetnsDirUnseen]), view.Err.Error())
 	case ev[allocator.NetnsOtherDir] > 0:
 		return set(NetnsProofOtherDir, fmt.Sprintf("--netns-dir %s is directory %s, but the plugin saw the netns of %d records in directory %s: not the runtime's directory (a wrong hostPath or mount); no missing netns proves a death",
 			view.Dir, view.ID, ev[allocator.NetnsOtherDir], other), view.ID.String()+" "+other.String())
 	case ev[allocator.NetnsElsewhere] > 0:
 		return set(NetnsProofElsewhere, fmt.Sprintf("the netns of %d records are not in --netns-dir %s (e.g. %s): they are never judged by their netns", ev[allocator.NetnsElsewhere], view.Dir, elsewhere), view.ID.String())
 	case named > 0:
-		return set(NetnsProofNoWitness, fmt.Sprintf("none of the %d records that name a netns carries a witness of its directory to compare with --netns-dir %s (written by an older plugin, or the netns did not exist at ADD): the proof waits for a record the plugin writes now", named, view.Dir), view.ID.String())
+		return set(NetnsProofNoWitness, fmt.Sprintf("none of the %d records that name a netns carries a witness of its directory to compare with --netns-dir %s (written by an older plugin, or the netns did not exist at ADD): the proof waits for a record the plugin writes now%s", named, view.Dir, dirNote), view.ID.String())
 	}
-	return set(NetnsProofNoNetns, fmt.Sprintf("no record names a netns yet: --netns-dir %s (directory %s) is verified by the first one", view.Dir, view.ID), view.ID.String())
+	return set(NetnsProofNoNetns, fmt.Sprintf("no record names a netns yet: --netns-dir %s is verified by the first one%s", view.Dir, dirNote), view.ID.String())
 }

@@ -156,8 +156,9 @@ func TestNetnsProof(t *testing.T) {
 		{"netns outside --netns-dir", view, []NetnsFacts{facts(allocator.NetnsElsewhere, 2)}, NetnsProofElsewhere, false, true, 2, "not in --netns-dir"},
 		{"no record names a netns (a new node)", view, []NetnsFacts{facts(allocator.NetnsUnnamed, 3)}, NetnsProofNoNetns, false, false, 0, "first one"},
 		{"no network at all", view, nil, NetnsProofNoNetns, false, false, 0, ""},
-		{"--netns-dir unreadable", NetnsDirView{Dir: "/x", Err: errors.New("ENOENT")}, []NetnsFacts{facts(allocator.NetnsDirUnseen, 4)}, NetnsProofUnreadable, false, true, 4, "cannot be read (ENOENT)"},
+		{"--netns-dir unreadable", NetnsDirView{Dir: "/x", Err: errors.New("ENOENT")}, []NetnsFacts{facts(allocator.NetnsDirUnseen, 4)}, NetnsProofUnreadable, false, true, 4, "cannot be read (ENOENT), and 4 records"},
 		{"a READY sandbox's netns missing", view, []NetnsFacts{live}, NetnsProofLiveMissing, false, true, 4, "1 READY sandboxes"},
+		{"--netns-dir unreadable, no record needs it", NetnsDirView{Dir: "/x", Err: errors.New("ENOENT")}, []NetnsFacts{facts(allocator.NetnsNoWitness, 2)}, NetnsProofNoWitness, false, false, 2, "cannot be read: ENOENT"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
