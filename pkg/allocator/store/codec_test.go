@@ -159,6 +159,12 @@ func TestRecordWitnessFormat(t *testing.T) {
 			t.Errorf("format %d: ownerMatches = %v, %v", b[0], match, sure)
 		}
 	}
+	// A damaged record's owner is salvaged in both formats.
+	for _, b := range [][]byte{plainB, withB} {
+		if id, ifname := salvageOwner(b[:len(b)-1]); id != w.ContainerID || ifname != w.IfName {
+			t.Errorf("format %d, cut short: salvaged owner %q %q", b[0], id, ifname)
+		}
+	}
 	bad := func(name string, mutate func(e *enc)) {
 		t.Helper()
 		e := newEncFormat(0, recordWitnessFormat)
