@@ -61,7 +61,8 @@ func TestJSONRowNamesArePinned(t *testing.T) {
 			"ip network state error containerID,omitempty ifName,omitempty"},
 		{"list (record)", reflect.TypeFor[allocator.Record](),
 			"v ip prefixLen gateway,omitzero rangeSet containerID ifName network podNamespace,omitempty podName,omitempty podUID,omitempty " +
-				"netns,omitempty state source,omitempty created committed,omitzero obs,omitzero " +
+				"netns,omitempty netnsWitness,omitzero netnsWitness.dir,omitzero netnsWitness.dir.dev netnsWitness.dir.ino netnsWitness.existed,omitempty " +
+				"state source,omitempty created committed,omitzero obs,omitzero " +
 				"obs.misses,omitempty obs.firstMissed,omitzero obs.verdict,omitempty obs.sandboxState,omitempty"},
 	} {
 		if got := jsonNames(c.typ, ""); !slices.Equal(got, strings.Fields(c.want)) {

@@ -92,6 +92,9 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	if !rep.CRI.Complete {
 		failed = append([]string{fmt.Sprintf("CRI answer not usable (%s): cannot tell which addresses leaked; a sweep now would reclaim nothing", rep.CRI.Why)}, failed...)
 	}
+	if st := rep.Netns; st.Warn() {
+		printf(stderr, "hostlease-gc leaks: netns proof unavailable (%s): %s", st.State, st.Why)
+	}
 	if rep.API.Enabled && !rep.API.Available {
 		printf(stderr, "hostlease-gc leaks: the API server could not be read: candidates are kept (reason api_unavailable)")
 	}

@@ -47,6 +47,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		Owner:     ownerOf(args),
 		Now:       time.Now(),
 	}
+	req.Owner.NetnsWitness = netnsWitness(args.Netns)
 	req.Requested = c.IPAM.Requested
 	var recs, vanished []*allocator.Record
 	var aerr *types.Error

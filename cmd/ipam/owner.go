@@ -25,3 +25,12 @@ func ownerOf(args *skel.CmdArgs) allocator.Owner {
 	}
 	return o
 }
+
+// netnsWitness is what this ADD saw of CNI_NETNS, in the runtime's view of
+// the node: its directory's identity and whether it existed
+// (allocator.NetnsWitness; one stat and one lstat, the netns is not
+// opened). The daemon trusts "the netns is gone" only from a --netns-dir
+// with that identity.
+func netnsWitness(netns string) allocator.NetnsWitness {
+	return allocator.WitnessNetns(netns)
+}

@@ -24,9 +24,11 @@ const (
 // Owner identifies who an allocation is for: the runtime's attachment and,
 // when the runtime said so in CNI_ARGS, the Kubernetes pod.
 type Owner struct {
-	ContainerID  string
-	IfName       string
-	Netns        string
+	ContainerID string
+	IfName      string
+	Netns       string
+	// NetnsWitness is what the plugin saw of Netns (WitnessNetns).
+	NetnsWitness NetnsWitness
 	PodNamespace string
 	PodName      string
 	PodUID       string
@@ -167,6 +169,7 @@ func allocateOne(tx Store, req AllocateRequest, idx int, set StoredRangeSet, wan
 		PodName:      req.Owner.PodName,
 		PodUID:       req.Owner.PodUID,
 		Netns:        req.Owner.Netns,
+		NetnsWitness: req.Owner.NetnsWitness,
 		State:        StatePending,
 		Source:       "add",
 		Created:      req.Now,

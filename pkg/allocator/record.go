@@ -21,23 +21,26 @@ const (
 // Record is one reserved address. It carries who holds it and why, so that an
 // operator (and the daemon) can tell a live allocation from a leak.
 type Record struct {
-	Version      int         `json:"v"`
-	IP           netip.Addr  `json:"ip"`
-	PrefixLen    int         `json:"prefixLen"`
-	Gateway      netip.Addr  `json:"gateway,omitzero"`
-	RangeSet     int         `json:"rangeSet"`
-	ContainerID  string      `json:"containerID"`
-	IfName       string      `json:"ifName"`
-	Network      string      `json:"network"`
-	PodNamespace string      `json:"podNamespace,omitempty"`
-	PodName      string      `json:"podName,omitempty"`
-	PodUID       string      `json:"podUID,omitempty"`
-	Netns        string      `json:"netns,omitempty"`
-	State        State       `json:"state"`
-	Source       string      `json:"source,omitempty"` // "add", "host-local", "rebuild"
-	Created      time.Time   `json:"created"`
-	Committed    time.Time   `json:"committed,omitzero"`
-	Obs          Observation `json:"obs,omitzero"`
+	Version      int        `json:"v"`
+	IP           netip.Addr `json:"ip"`
+	PrefixLen    int        `json:"prefixLen"`
+	Gateway      netip.Addr `json:"gateway,omitzero"`
+	RangeSet     int        `json:"rangeSet"`
+	ContainerID  string     `json:"containerID"`
+	IfName       string     `json:"ifName"`
+	Network      string     `json:"network"`
+	PodNamespace string     `json:"podNamespace,omitempty"`
+	PodName      string     `json:"podName,omitempty"`
+	PodUID       string     `json:"podUID,omitempty"`
+	Netns        string     `json:"netns,omitempty"`
+	// NetnsWitness is what the plugin saw of Netns at ADD (netns.go); zero
+	// for a record without one.
+	NetnsWitness NetnsWitness `json:"netnsWitness,omitzero"`
+	State        State        `json:"state"`
+	Source       string       `json:"source,omitempty"` // "add", "host-local", "rebuild"
+	Created      time.Time    `json:"created"`
+	Committed    time.Time    `json:"committed,omitzero"`
+	Obs          Observation  `json:"obs,omitzero"`
 }
 
 // Observation is what the daemon last saw of a record's sandbox. The plugin

@@ -56,6 +56,8 @@ type Metrics struct {
 	sweeps map[string]float64 // by result
 	lastOK time.Time
 	criUp  bool
+	// netnsOK is the last sweep's NetnsProofStatus.Verified.
+	netnsOK bool
 	// nets holds each network the last report listed: an entry is created
 	// when a report first lists the network and deleted when one no longer
 	// does (its store is gone), so no series of a removed network remain.
@@ -81,6 +83,8 @@ var (
 	descDamaged   = desc("damaged_records", "Records of a network's store that do not decode: quarantined, their addresses stay reserved until an operator releases or rebuilds them.", labelNetwork)
 	descReReserve = desc("addresses_rereserved_total", "Addresses a READY sandbox uses that the store did not hold for it, re-reserved for that sandbox, by reason (unrecorded, other_owner, damaged).", labelNetwork, "reason")
 	descConflicts = desc("address_conflicts_total", "Addresses a READY sandbox uses that the store holds for another READY sandbox: reported, not rewritten.", labelNetwork)
+	descNetnsOK   = desc("netns_dir_verified", "1 if the last sweep verified that --netns-dir is the directory the plugin records netns in (a record's netns directory identity, device and inode, is --netns-dir's), so a netns missing there proves its sandbox dead; 0 if not: no missing netns proves anything (see the daemon's log and hostlease-gc leaks for why).")
+	descNetnsUnv  = desc("netns_unverified_records", "Records of a network that name a netns whose disappearance proves nothing from --netns-dir (no netns directory identity recorded, another directory's, or a netns outside --netns-dir): if they leak, they wait for the rules without proof.", labelNetwork)
 	descIdxRepair = desc("index_repairs_total", "Sweeps that found a store's derived indexes (taken bitmap, owner index, records count) disagreeing with its records and rebuilt them from the records.", labelNetwork)
 )
 
@@ -95,7 +99,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var allDescs = []*prometheus.Desc{descBuildInfo, descPoolSize, descPoolFree, descAllocs, descLeaks, descReclaims, descVetoes,
 	descGuard, descFailures, descLastExh, descSweeps, descLastOK, descCRIUp, descRebuilt, descStoreErrs, descDamaged,
-	descReReserve, descConflicts, descIdxRepair}
+	descReReserve, descConflicts, descIdxRepair, descNetnsOK, descNetnsUnv}
 
 // NewMetrics creates the collector and registers it on reg (a nil reg
 // registers nothing). It panics if the metrics are already registered on reg,
@@ -144,6 +148,7 @@ func (m *Metrics) Observe(rep *SweepReport, finished time.Time) {
 		m.lastOK = finished
 	}
 	m.criUp = rep.CRIReached
+	m.netnsOK = rep.Netns.Verified
 	for network, o := range seen {
 		ns := m.nets[network]
 		if ns == nil {
@@ -191,6 +196,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descLastOK, lastOK)
 	gauge(descCRIUp, boolFloat(m.criUp))
+	gauge(descNetnsOK, boolFloat(m.netnsOK))
 	for network, ns := range m.nets {
 		c := &ns.counters
 		for r, n := range c.reclaims {
@@ -221,6 +227,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(descAllocs, float64(g.committed), network, StateCommitted)
 		gauge(descLeaks, float64(g.candidates), network)
 		gauge(descDamaged, float64(g.damaged), network)
+		gauge(descNetnsUnv, float64(g.netnsUnverified), network)
 		for _, e := range g.exhaustions {
 			counter(descFailures, float64(e.count), network, e.rangeSet, FailureExhausted)
 			if !e.last.IsZero() {

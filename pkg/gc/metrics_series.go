@@ -23,6 +23,7 @@ type netGauges struct {
 	pending, committed int
 	candidates         int
 	damaged            int
+	netnsUnverified    int
 	exhaustions        []exhaustionCount
 }
 
@@ -129,6 +130,11 @@ func gaugesOf(nr *NetworkReport, dryRun bool) *netGauges {
 	reclaimed := make(map[netip.Addr]bool, len(nr.Reclaimed))
 	for _, r := range nr.Reclaimed {
 		reclaimed[r.IP] = true
+	}
+	for _, c := range nr.cands {
+		if !reclaimed[c.Record.IP] && unverified(c.netns, nr.netns.LiveMissing) {
+			g.netnsUnverified++
+		}
 	}
 	for i := range nr.Verdict.Decisions {
 		d := &nr.Verdict.Decisions[i]

@@ -45,6 +45,8 @@ var contractMetrics = map[string]struct {
 	"hostlease_addresses_rereserved_total":              {"counter", []string{"network", "reason"}},
 	"hostlease_address_conflicts_total":                 {"counter", []string{"network"}},
 	"hostlease_index_repairs_total":                     {"counter", []string{"network"}},
+	"hostlease_netns_dir_verified":                      {"gauge", nil},
+	"hostlease_netns_unverified_records":                {"gauge", []string{"network"}},
 }
 
 func scrape(t *testing.T, reg *prometheus.Registry) string {

@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -124,6 +123,8 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 // proofs of death; and, under --dry-run, gives each record the observation
 // the previous dry-run sweep decided (the store still holds an older one).
 func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes []CRISandbox, boot, now time.Time) []Use {
+	dir := s.netnsDirView()
+	var facts []NetnsFacts
 	for _, nr := range rep.Networks {
 		if !nr.readable() {
 			continue
@@ -138,34 +139,46 @@ func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes [
 				}
 			}
 		}
-		nr.netns, nr.cands = s.candidates(nr.Snapshot, rep.CRI, boot, now)
+		nr.netns, nr.cands = s.candidates(nr.Snapshot, rep.CRI, dir, boot, now)
+		facts = append(facts, nr.netns)
 	}
+	rep.Netns = NetnsProof(dir, facts)
 	return s.sandboxUses(ctx, rep.CRI, sandboxes, rep.Networks)
 }
 
+// netnsDirView stats --netns-dir once for the sweep.
+func (s *Sweeper) netnsDirView() NetnsDirView {
+	v := NetnsDirView{Dir: s.Opts.NetnsDir}
+	v.ID, v.Err = allocator.DirIDOf(v.Dir)
+	return v
+}
+
 // candidates pairs each record CRI does not list with its proof of death, if
-// any. Only a netns path under a trusted --netns-dir (NetnsDirTrusted) is
-// judged; a record written before the boot is proven dead unless its netns
-// path still exists.
-func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) (NetnsFacts, []Candidate) {
-	dir := s.Opts.NetnsDir
-	facts := NetnsFacts{}
-	if f, err := os.Open(dir); err == nil {
-		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			_, err := f.Readdirnames(1)
-			facts.Visible = err == nil || errors.Is(err, io.EOF)
-		}
-		f.Close()
-	}
-	if facts.Visible {
-		// A wrong mount hides every netns, so a few READY sandboxes tell: the
-		// check costs a handful of lstats, not one per live record.
-		checked := 0
-		for _, r := range snap.Records {
-			if checked == liveNetnsSample {
-				break
+// any. A netns is judged only with positive evidence (netnsDoubt: the
+// record's witness has --netns-dir's identity); a record written before the
+// boot is proven dead unless its netns path still exists.
+func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, boot, now time.Time) (NetnsFacts, []Candidate) {
+	facts := NetnsFacts{Evidence: map[allocator.NetnsEvidence]int{}}
+	evidence := make([]allocator.NetnsEvidence, len(snap.Records))
+	checked := 0
+	for i, r := range snap.Records {
+		e := allocator.NetnsEvidenceOf(r, dir.Dir, dir.ID)
+		evidence[i] = e
+		facts.Evidence[e]++
+		switch e {
+		case allocator.NetnsOtherDir:
+			if !facts.OtherDir.Known() {
+				facts.OtherDir = r.NetnsWitness.Dir
 			}
-			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && netnsUnder(r.Netns, dir) {
+		case allocator.NetnsElsewhere:
+			if facts.Elsewhere == "" {
+				facts.Elsewhere = r.Netns
+			}
+		case allocator.NetnsProvable:
+			// A READY sandbox's netns cannot be gone: a few of them tell
+			// whether the directory is still the runtime's (a handful of
+			// lstats, not one per live record).
+			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && checked < liveNetnsSample {
 				checked++
 				if netnsMissing(r.Netns) {
 					facts.LiveMissing++
@@ -173,16 +186,17 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, boot, now time.Time) 
 			}
 		}
 	}
-	trusted := NetnsDirTrusted(facts)
 	out := make([]Candidate, len(snap.Records))
 	// One goroutine: this runs every sweep, and spreading it over every CPU
 	// would take them all from plugin calls at once (it runs on a node).
 	for i, r := range snap.Records {
-		c := Candidate{Record: r}
+		c := Candidate{Record: r, netns: evidence[i]}
 		if _, listed := view.Sandboxes[r.ContainerID]; !listed && view.Complete {
-			if trusted && netnsUnder(r.Netns, dir) {
+			provable, doubt := netnsDoubt(evidence[i], r, dir, facts.LiveMissing)
+			if provable {
 				c.NetnsGone = netnsMissing(r.Netns)
 			}
+			c.NetnsDoubt = doubt
 			if !c.NetnsGone && PredatesBoot(r.Created, boot, now) {
 				c.PredatesBoot = r.Netns == "" || !netnsExists(r.Netns)
 			}

@@ -68,14 +68,22 @@ func PolicyFromOptions(o *Options) Policy {
 // Candidate is one record with the facts the policy needs from the node.
 type Candidate struct {
 	Record *allocator.Record
-	// NetnsGone is true when the record names a netns path under a visible,
-	// trusted --netns-dir that no longer exists: the runtime tore the sandbox
-	// down, so no ADD can be in flight and no container uses the address.
+	// NetnsGone is true when the record's netns is missing from --netns-dir
+	// and the record's witness proves --netns-dir is the directory the
+	// plugin saw it in (allocator.NetnsEvidenceOf): the runtime tore the
+	// sandbox down, so no ADD can be in flight and no container uses the
+	// address.
 	NetnsGone bool
 	// PredatesBoot is true when the record was written before the node last
 	// booted (and its netns is not known to exist): every sandbox of the
 	// previous boot is dead.
 	PredatesBoot bool
+	// NetnsDoubt says why the record's netns, which it names, could not be
+	// judged (no positive evidence that --netns-dir is the directory the
+	// plugin saw); "" when it could or there is none.
+	NetnsDoubt string
+	// netns is what the record's netns can prove (allocator.NetnsEvidenceOf).
+	netns allocator.NetnsEvidence
 }
 
 // proof is the reclaim reason a candidate's proof of death gives, or "".
@@ -293,16 +301,24 @@ func decideOne(p Policy, c Candidate, cri CRIView, now time.Time) Decision {
 		}
 		return reclaim(d, proof, fmt.Sprintf("sandbox absent from CRI and %s (proof of death); allocation %s old", why, age.Round(time.Second)))
 	}
+	// Without proof: the detail says why its netns proves nothing, if it
+	// names one.
+	noProof := func(detail string) string {
+		if c.NetnsDoubt == "" {
+			return detail
+		}
+		return detail + "; netns proof unavailable: " + c.NetnsDoubt
+	}
 	if d.Obs.Misses < p.Misses {
-		return keep(KeepAbsent, fmt.Sprintf("sandbox absent from CRI for %d of %d sweeps", d.Obs.Misses, p.Misses))
+		return keep(KeepAbsent, noProof(fmt.Sprintf("sandbox absent from CRI for %d of %d sweeps", d.Obs.Misses, p.Misses)))
 	}
 	switch {
 	case absentFor < p.Grace:
-		return keep(KeepAbsent, fmt.Sprintf("sandbox absent for %s of the %s grace", absentFor.Round(time.Second), p.Grace))
+		return keep(KeepAbsent, noProof(fmt.Sprintf("sandbox absent for %s of the %s grace", absentFor.Round(time.Second), p.Grace)))
 	case age < p.MinAge:
-		return keep(KeepInFlight, fmt.Sprintf("allocation is %s old, younger than --min-age %s: an ADD may still be in flight", age.Round(time.Second), p.MinAge))
+		return keep(KeepInFlight, noProof(fmt.Sprintf("allocation is %s old, younger than --min-age %s: an ADD may still be in flight", age.Round(time.Second), p.MinAge)))
 	}
-	return reclaim(d, ReclaimSandboxAbsent, fmt.Sprintf("sandbox absent from CRI for %d sweeps over %s; allocation %s old", d.Obs.Misses, absentFor.Round(time.Second), age.Round(time.Second)))
+	return reclaim(d, ReclaimSandboxAbsent, noProof(fmt.Sprintf("sandbox absent from CRI for %d sweeps over %s; allocation %s old", d.Obs.Misses, absentFor.Round(time.Second), age.Round(time.Second))))
 }
 
 func reclaim(d Decision, reason Reason, detail string) Decision {

@@ -24,6 +24,29 @@ func (s *Sweeper) reportSweep(rep *SweepReport) {
 	if !rep.CRI.Complete {
 		s.Log.Warn("reclaiming nothing this sweep: CRI answer not usable", "why", rep.CRI.Why)
 	}
+	s.reportNetnsProof(rep)
+}
+
+// reportNetnsProof logs the netns proof's state for the whole node, once
+// when it changes (never once per network or per sweep: the metrics
+// hostlease_netns_dir_verified and hostlease_netns_unverified_records and
+// `hostlease-gc leaks` show it at any time).
+func (s *Sweeper) reportNetnsProof(rep *SweepReport) {
+	st := rep.Netns
+	if st.State == "" || st.key == s.netnsLogged {
+		return
+	}
+	s.netnsLogged = st.key
+	switch {
+	case st.Verified:
+		s.Log.Info("netns proof on: a sandbox absent from CRI whose netns is gone from --netns-dir is reclaimed at once", "netnsDir", s.Opts.NetnsDir, "why", st.Why)
+	case st.Warn():
+		s.Log.Warn("netns proof unavailable: --netns-dir is not verified as the runtime's; absent sandboxes wait for the rules without proof (--misses, --grace, --min-age, API veto, guard)",
+			"netnsDir", s.Opts.NetnsDir, "state", st.State, "unverifiedRecords", st.Unverified, "why", st.Why)
+	default:
+		s.Log.Info("netns proof not verified yet: absent sandboxes wait for the rules without proof until a record's netns directory matches --netns-dir",
+			"netnsDir", s.Opts.NetnsDir, "state", st.State, "unverifiedRecords", st.Unverified, "why", st.Why)
+	}
 }
 
 // report logs and posts Events for one network, after its write.
@@ -75,10 +98,6 @@ func (s *Sweeper) reportStore(log *slog.Logger, rep *SweepReport, nr *NetworkRep
 // reportDecisions logs and posts Events for what the sweep decided and did
 // on a network it read.
 func (s *Sweeper) reportDecisions(ctx context.Context, log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
-	if f := nr.netns; f.Visible && !NetnsDirTrusted(f) && f.LiveMissing > 0 {
-		log.Warn("--netns-dir is not the runtime's: a READY sandbox's netns is missing there, so no missing netns counts as proof of death",
-			"netnsDir", s.Opts.NetnsDir, "readySandboxesWithoutNetns", f.LiveMissing)
-	}
 	for _, r := range nr.Reclaimed {
 		log.Info("reclaimed address", "ip", r.IP, "sandbox", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef(), "reason", r.Reason, "detail", r.Detail, "dryRun", false)
 		msg := fmt.Sprintf("hostlease-gc reclaimed %s (network %s) from sandbox %s: %s", r.IP, nr.Network, short(r.ContainerID), r.Detail)

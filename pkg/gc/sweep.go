@@ -40,6 +40,8 @@ type Sweeper struct {
 	bootErr string
 	// sweeps counts sweeps, to verify the indexes every verifyEvery.
 	sweeps int
+	// netnsLogged is the netns proof state last logged, to log a change once.
+	netnsLogged string
 	// statusIPs caches the addresses of READY sandboxes no record names, by
 	// sandbox ID (see sandboxUses).
 	statusIPs map[string][]netip.Addr
@@ -83,8 +85,10 @@ type SweepReport struct {
 	// CRIReached: ListPodSandbox answered (even if implausibly).
 	CRIReached bool
 	API        APIView
-	Networks   []*NetworkReport
-	Duration   time.Duration
+	// Netns is the node-wide verdict on the netns proof (NetnsProof).
+	Netns    NetnsProofStatus
+	Networks []*NetworkReport
+	Duration time.Duration
 
 	storesErr error // the data dir could not be listed
 	// cleanTemp: remove plugins' stale temporary stores (not in a dry run);

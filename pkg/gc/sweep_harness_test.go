@@ -304,9 +304,19 @@ func lookup(t *testing.T, g prometheus.Gatherer, name string, pairs ...any) (flo
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
+// allocNetns is an ADD whose sandbox was given netns: the runtime created
+// it, the plugin took its witness (allocator.WitnessNetns); a netns that does
+// not exist now is removed again after the ADD (the runtime tore it down).
+// A netns whose directory does not exist gets no witness.
 func (e *sweepEnv) allocNetns(id string, at time.Time, netns string) *allocator.Record {
 	e.t.Helper()
-	recs, cerr := e.tryAlloc(allocator.Owner{ContainerID: id, IfName: "eth0", Netns: netns, PodNamespace: "default", PodName: id, PodUID: "uid-" + id}, at)
+	if _, err := os.Lstat(netns); os.IsNotExist(err) {
+		if err := os.WriteFile(netns, nil, 0o644); err == nil {
+			defer os.Remove(netns)
+		}
+	}
+	recs, cerr := e.tryAlloc(allocator.Owner{ContainerID: id, IfName: "eth0", Netns: netns, NetnsWitness: allocator.WitnessNetns(netns),
+		PodNamespace: "default", PodName: id, PodUID: "uid-" + id}, at)
 	if cerr != nil {
 		e.t.Fatal(cerr)
 	}

@@ -265,3 +265,185 @@ func TestSweepNoRebuildFromEmptyAnswer(t *testing.T) {
 		t.Fatalf("rebuilt store %v", keys(recs))
 	}
 }
+
+// replaceNetnsDir puts a new empty directory at --netns-dir's path, as a
+// hostPath typo with DirectoryOrCreate or an empty tmpfs over it would: the
+// same path, another directory. restore puts the runtime's back.
+func (e *sweepEnv) replaceNetnsDir() (restore func()) {
+	e.t.Helper()
+	aside := e.netns + ".runtime"
+	if err := os.Rename(e.netns, aside); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Mkdir(e.netns, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	return func() {
+		e.t.Helper()
+		if err := os.Remove(e.netns); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.Rename(aside, e.netns); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// A young leak whose netns is gone is reclaimed at once only when its record's
+// witness proves --netns-dir is the directory the plugin saw it in; a record
+// without a witness (written by an older plugin), one whose netns did not
+// exist at ADD, or a --netns-dir that is another directory at the same path
+// leave it to the rules without proof, and the decision says why.
+func TestSweepNetnsWitness(t *testing.T) {
+	cases := []struct {
+		name    string
+		witness func(e *sweepEnv, netns string) allocator.NetnsWitness
+		swap    bool // replace --netns-dir by an empty directory after the ADD
+		proven  bool
+		doubt   string
+	}{
+		{"identity match", func(e *sweepEnv, ns string) allocator.NetnsWitness { return allocator.WitnessNetns(ns) }, false, true, ""},
+		{"identity mismatch: an empty directory at --netns-dir's path", func(e *sweepEnv, ns string) allocator.NetnsWitness { return allocator.WitnessNetns(ns) }, true, false, "a wrong mount"},
+		{"missing identity: the netns did not exist at ADD", func(e *sweepEnv, ns string) allocator.NetnsWitness {
+			w := allocator.WitnessNetns(ns)
+			w.Existed = false
+			return w
+		}, false, false, "did not exist when the record was written"},
+		{"legacy record: no witness", func(*sweepEnv, string) allocator.NetnsWitness { return allocator.NetnsWitness{} }, false, false, "older plugin"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSweepEnv(t, func(o *Options) { o.NetnsGrace = 0; o.MaxReclaimFraction = 1 })
+			netns := e.touchNetns("cni-gone")
+			w := tc.witness(e, netns)
+			recs, cerr := e.tryAlloc(allocator.Owner{ContainerID: "sb-gone", IfName: "eth0", Netns: netns, NetnsWitness: w}, t0.Add(-time.Second))
+			if cerr != nil {
+				t.Fatal(cerr)
+			}
+			if err := os.Remove(netns); err != nil { // the runtime tore it down
+				t.Fatal(err)
+			}
+			if tc.swap {
+				e.replaceNetnsDir()
+			}
+			nr := e.net(e.sweepAt(t0))
+			if tc.proven {
+				if len(nr.Reclaimed) != 1 || nr.Reclaimed[0].Reason != ReclaimNetnsGone {
+					t.Fatalf("reclaimed %+v, want %s as netns_gone", nr.Reclaimed, recs[0].IP)
+				}
+				return
+			}
+			if len(nr.Reclaimed) != 0 {
+				t.Fatalf("reclaimed %+v without positive evidence", nr.Reclaimed)
+			}
+			d := nr.Verdict.Decisions[0]
+			if d.Action != Keep || !strings.Contains(d.Detail, "netns proof unavailable: ") || !strings.Contains(d.Detail, tc.doubt) {
+				t.Fatalf("decision %v %s %q; want keep, saying the netns proof is unavailable (%s)", d.Action, d.Reason, d.Detail, tc.doubt)
+			}
+			if got := e.metric("hostlease_netns_unverified_records", "network", testNet); got != 1 {
+				t.Fatalf("hostlease_netns_unverified_records = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// shmDir is a directory on tmpfs when the machine has one (a thousand stores
+// cost no disk syncs there), else a temporary directory.
+func shmDir(t *testing.T) string {
+	t.Helper()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		dir, err := os.MkdirTemp("/dev/shm", "hostlease-gc-test-")
+		if err == nil {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return t.TempDir()
+}
+
+// With 1 000 networks behind a wrong --netns-dir, the daemon says once (not
+// once per network, nor once per sweep) that the netns proof is unavailable,
+// reclaims nothing for a netns that only looks gone, and once the mount is
+// right says once that the proof is on and reclaims every network's torn-down
+// sandbox at once.
+func TestSweepNetnsProofLoggedOncePerNode(t *testing.T) {
+	const networks = 1000
+	data := shmDir(t)
+	e := newSweepEnv(t, func(o *Options) { o.DataDir = data; o.NetnsGrace = 0; o.MaxReclaimFraction = 1 })
+	for i := range networks {
+		network := fmt.Sprintf("net%04d", i)
+		st, err := store.Open(store.FilePath(data, network), store.OpenOptions{Create: true, LockTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live, gone := fmt.Sprintf("live-%d", i), fmt.Sprintf("gone-%d", i)
+		liveNetns, goneNetns := e.touchNetns("cni-"+live), e.touchNetns("cni-"+gone)
+		var liveIP netip.Addr
+		if err := st.Update(func(tx *store.Tx) error {
+			for _, o := range []allocator.Owner{{ContainerID: live, IfName: "eth0", Netns: liveNetns}, {ContainerID: gone, IfName: "eth0", Netns: goneNetns}} {
+				o.NetnsWitness = allocator.WitnessNetns(o.Netns)
+				recs, cerr := allocator.Allocate(tx, allocator.AllocateRequest{Network: network, RangeSets: e.ranges, Owner: o, Now: t0.Add(-time.Second)})
+				if cerr != nil {
+					return cerr
+				}
+				if o.ContainerID == live {
+					liveIP = recs[0].IP
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		e.cri.set(live, SandboxReady, liveIP)
+		if err := os.Remove(goneNetns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const unavailable, on = "netns proof unavailable", "netns proof on"
+	count := func(msg string) int { return strings.Count(e.logs.String(), `msg="`+msg) }
+
+	restore := e.replaceNetnsDir()
+	for i := range 3 {
+		rep := e.sweepAt(t0.Add(time.Duration(i) * 15 * time.Second))
+		for _, nr := range rep.Networks {
+			if len(nr.Reclaimed) > 0 {
+				t.Fatalf("sweep %d reclaimed %+v on %s behind a wrong --netns-dir", i, nr.Reclaimed, nr.Network)
+			}
+		}
+		if rep.Netns.Verified || rep.Netns.State != NetnsProofOtherDir {
+			t.Fatalf("sweep %d: netns proof %+v, want other_dir", i, rep.Netns)
+		}
+	}
+	if n := count(unavailable); n != 1 {
+		t.Fatalf("%d %q lines over 3 sweeps of %d networks, want 1", n, unavailable, networks)
+	}
+	if got := e.metric("hostlease_netns_dir_verified"); got != 0 {
+		t.Fatalf("hostlease_netns_dir_verified = %v, want 0", got)
+	}
+	if got := e.metric("hostlease_netns_unverified_records", "network", "net0999"); got != 2 {
+		t.Fatalf("hostlease_netns_unverified_records{net0999} = %v, want 2", got)
+	}
+
+	restore()
+	rep := e.sweepAt(t0.Add(time.Minute))
+	reclaimed := 0
+	for _, nr := range rep.Networks {
+		for _, r := range nr.Reclaimed {
+			if r.Reason != ReclaimNetnsGone || !strings.HasPrefix(r.ContainerID, "gone-") {
+				t.Fatalf("%s: reclaimed %s for %s", nr.Network, r.ContainerID, r.Reason)
+			}
+			reclaimed++
+		}
+	}
+	if reclaimed != networks {
+		t.Fatalf("reclaimed %d torn-down sandboxes, want %d", reclaimed, networks)
+	}
+	e.sweepAt(t0.Add(2 * time.Minute))
+	if n, m := count(on), count(unavailable); n != 1 || m != 1 {
+		t.Fatalf("%d %q and %d %q lines, want one each", n, on, m, unavailable)
+	}
+	if got := e.metric("hostlease_netns_dir_verified"); got != 1 {
+		t.Fatalf("hostlease_netns_dir_verified = %v, want 1", got)
+	}
+}

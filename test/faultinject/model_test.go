@@ -119,6 +119,11 @@ func buildGolden(t *testing.T, seed int64) *golden {
 	netns := func(id string) string { return filepath.Join(g.netnsDir, "cni-"+id[:12]) }
 	add := func() *owner {
 		id := newID(rng)
+		// The runtime creates the sandbox's netns before ADD (the plugin
+		// records that it existed; newNode empties and refills the dir).
+		if err := os.WriteFile(netns(id), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		o := runPlugin(invocation{Command: "ADD", ContainerID: id, Netns: netns(id), Conf: conf})
 		if !o.OK() {
 			t.Fatalf("golden store: ADD %s: %v", id, o)

@@ -77,6 +77,14 @@ var fieldNames = []string{"ip", "prefixLen", "gateway", "rangeSet", "containerID
 // fieldKinds says how each field is encoded: a address, v varint, s string.
 var fieldKinds = "avavsssssssssvvvvss"
 
+// witnessNames and witnessKinds are the fields a format 3 record (one with a
+// netns witness) has after those: u unsigned varint. The inode is never 0,
+// and the flags are 0 or 1 (the netns existed).
+var (
+	witnessNames = []string{"netnsDirDev", "netnsDirIno", "netnsFlags"}
+	witnessKinds = "uuu"
+)
+
 // span is one field's bytes within a value: [Start, End), and for a string
 // where its length prefix ends (Data).
 type span struct {
@@ -84,23 +92,36 @@ type span struct {
 	Start, Data, End int
 }
 
-// parseRecord decodes a binary (format 2) record and returns its field spans.
-// It fails exactly where a strict decoder must: a short value, an unknown
-// format or family byte, bytes left over, or no address.
+// parseRecord decodes a binary (format 2, or 3 with a netns witness) record
+// and returns its field spans. It fails exactly where a strict decoder must:
+// a short value, an unknown format or family byte, bytes left over, no
+// address, or a witness with inode 0 or unknown flags.
 func parseRecord(v []byte) (*rec, []span, error) {
 	if len(v) == 0 {
 		return nil, nil, errors.New("empty value")
 	}
-	if v[0] != 2 {
+	if v[0] != 2 && v[0] != 3 {
 		return nil, nil, fmt.Errorf("format byte %d", v[0])
 	}
 	p := 1
 	var spans []span
 	var addrs []netip.Addr
 	var strs []string
-	for i, kind := range fieldKinds {
-		sp := span{Name: fieldNames[i], Start: p}
+	var uints []uint64
+	names, kinds := fieldNames, fieldKinds
+	if v[0] == 3 {
+		names, kinds = append(append([]string(nil), fieldNames...), witnessNames...), fieldKinds+witnessKinds
+	}
+	for i, kind := range kinds {
+		sp := span{Name: names[i], Start: p}
 		switch kind {
+		case 'u':
+			u, n := binary.Uvarint(v[p:])
+			if n <= 0 {
+				return nil, spans, fmt.Errorf("bad uvarint at %d", p)
+			}
+			uints = append(uints, u)
+			p += n
 		case 'a':
 			if p >= len(v) {
 				return nil, spans, errors.New("short")
@@ -135,6 +156,9 @@ func parseRecord(v []byte) (*rec, []span, error) {
 	}
 	if !addrs[0].IsValid() {
 		return nil, spans, errors.New("no address")
+	}
+	if len(uints) == 3 && (uints[1] == 0 || uints[2] > 1) {
+		return nil, spans, fmt.Errorf("bad netns witness %v", uints)
 	}
 	return &rec{IP: addrs[0], ContainerID: strs[0], IfName: strs[1], Netns: strs[6], State: strs[7]}, spans, nil
 }

@@ -23,12 +23,25 @@ import (
 // missing: a damaged value is reported, never half-read.
 const binaryFormat = 2
 
+// recordWitnessFormat is a record's format when it carries a netns witness
+// (allocator.NetnsWitness): binaryFormat's fields followed by the witness
+// (values.go). A record without one is written in binaryFormat, byte for byte
+// as before, so binaries that know only binaryFormat still read it; they
+// refuse one with a witness as "newer" (docs/runbook.md, rollback). Only
+// records use it.
+const recordWitnessFormat = 3
+
 var errShortValue = errors.New("value ends early")
 
 // enc appends fields to a value.
 type enc struct{ b []byte }
 
-func newEnc(size int) *enc { return &enc{b: append(make([]byte, 0, size), binaryFormat)} }
+func newEnc(size int) *enc { return newEncFormat(size, binaryFormat) }
+
+// newEncFormat starts a value of the given format byte.
+func newEncFormat(size int, format byte) *enc {
+	return &enc{b: append(make([]byte, 0, size), format)}
+}
 
 func (e *enc) uint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 
@@ -61,21 +74,26 @@ func (e *enc) time(t time.Time) {
 
 // dec reads fields back; the first error sticks and later reads return zero values.
 type dec struct {
-	b   []byte
-	err error
+	b      []byte
+	err    error
+	format byte // the value's format byte
 }
 
 // newDec checks the format byte and returns a decoder positioned after it.
-func newDec(b []byte) *dec {
+func newDec(b []byte) *dec { return newDecUpTo(b, binaryFormat) }
+
+// newDecUpTo is newDec for a value that may also be in a later format, up
+// to newest (the caller reads dec.format).
+func newDecUpTo(b []byte, newest byte) *dec {
 	switch {
 	case len(b) == 0:
 		return &dec{err: errShortValue}
-	case b[0] > binaryFormat:
-		return &dec{err: fmt.Errorf("value format %d is newer than this binary's %d", b[0], binaryFormat)}
-	case b[0] != binaryFormat:
+	case b[0] > newest:
+		return &dec{err: fmt.Errorf("value format %d is newer than this binary's %d", b[0], newest)}
+	case b[0] < binaryFormat:
 		return &dec{err: fmt.Errorf("unknown value format %d", b[0])}
 	}
-	return &dec{b: b[1:]}
+	return &dec{b: b[1:], format: b[0]}
 }
 
 func (d *dec) fail(err error) {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"math/rand"
 	"net/netip"
 	"reflect"
@@ -43,6 +44,14 @@ func codecRecords() map[string]*allocator.Record {
 			State: allocator.StateCommitted, Source: "host-local", Created: time.Unix(0, 0),
 		},
 		"unicode and empty strings": {IP: netip.MustParseAddr("192.168.0.9"), PodName: "pöd-ü", Obs: allocator.Observation{Verdict: "veto: pod \"a\"\n"}},
+		"netns witness": {
+			IP: netip.MustParseAddr("10.0.0.3"), PrefixLen: 24, ContainerID: "c3", IfName: "eth0", Netns: "/var/run/netns/cni-3", State: allocator.StatePending,
+			Source: "add", Created: now, NetnsWitness: allocator.NetnsWitness{Dir: allocator.DirID{Dev: 1<<40 + 25, Ino: 1<<33 + 7}, Existed: true},
+		},
+		"netns witness, netns did not exist": {
+			IP: netip.MustParseAddr("fd00::3"), ContainerID: "c4", Netns: "/run/netns/x", Created: now,
+			NetnsWitness: allocator.NetnsWitness{Dir: allocator.DirID{Dev: 0, Ino: 2}},
+		},
 	}
 }
 
@@ -52,8 +61,12 @@ func TestRecordCodecRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b[0] != binaryFormat {
-			t.Errorf("%s: encoded as %q..., want the binary format", name, b[:1])
+		want := byte(binaryFormat)
+		if r.NetnsWitness.Known() {
+			want = recordWitnessFormat
+		}
+		if b[0] != want {
+			t.Errorf("%s: encoded as format %d, want %d", name, b[0], want)
 		}
 		got, err := decodeRecord(b)
 		if err != nil {
@@ -64,14 +77,16 @@ func TestRecordCodecRoundTrip(t *testing.T) {
 }
 
 func TestRecordCodecRefusesDamage(t *testing.T) {
-	b, _ := encodeRecord(codecRecords()["full v4"])
-	for n := 0; n < len(b); n++ {
-		if r, err := decodeRecord(b[:n]); err == nil {
-			t.Fatalf("decoded a record cut to %d of %d bytes: %+v", n, len(b), r)
+	for _, name := range []string{"full v4", "netns witness"} {
+		b, _ := encodeRecord(codecRecords()[name])
+		for n := 0; n < len(b); n++ {
+			if r, err := decodeRecord(b[:n]); err == nil {
+				t.Fatalf("%s: decoded a record cut to %d of %d bytes: %+v", name, n, len(b), r)
+			}
 		}
-	}
-	if _, err := decodeRecord(append(b, 0)); err == nil || !strings.Contains(err.Error(), "unexpected bytes") {
-		t.Errorf("trailing byte: err %v, want unexpected bytes", err)
+		if _, err := decodeRecord(append(b, 0)); err == nil || !strings.Contains(err.Error(), "unexpected bytes") {
+			t.Errorf("%s: trailing byte: err %v, want unexpected bytes", name, err)
+		}
 	}
 	rng := rand.New(rand.NewSource(1))
 	for i := 0; i < 20000; i++ {
@@ -110,5 +125,60 @@ func TestRangeSetsCodec(t *testing.T) {
 	got, err := readRangeSets(appendRangeSets(sets))
 	if err != nil || !reflect.DeepEqual(got, sets) {
 		t.Errorf("round trip: %+v, %v; want %+v", got, err, sets)
+	}
+}
+
+// A record without a netns witness is written exactly as before the witness
+// existed (binaryFormat), so older binaries still read it; one with a witness
+// is the same fields in recordWitnessFormat followed by the witness, and is
+// refused by a binary that knows only binaryFormat as newer, never misread.
+func TestRecordWitnessFormat(t *testing.T) {
+	w := codecRecords()["netns witness"]
+	plain := *w
+	plain.NetnsWitness = allocator.NetnsWitness{}
+	withB, _ := encodeRecord(w)
+	plainB, _ := encodeRecord(&plain)
+	if plainB[0] != binaryFormat || withB[0] != recordWitnessFormat {
+		t.Fatalf("formats %d and %d", plainB[0], withB[0])
+	}
+	if !bytes.Equal(withB[1:len(plainB)], plainB[1:]) {
+		t.Fatalf("the witness format does not start with the plain record's fields:\n%x\n%x", withB, plainB)
+	}
+	// A record stored by a binary that predates the witness decodes with none.
+	got, err := decodeRecord(plainB)
+	if err != nil || got.NetnsWitness.Known() || got.Version != binaryFormat {
+		t.Fatalf("plain record: %+v, %v", got, err)
+	}
+	// What a binary that knows only binaryFormat says of a witness record.
+	if err := newDec(withB).err; err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("a binaryFormat-only decoder: %v, want newer", err)
+	}
+	// The owner fields are read in place in both formats.
+	for _, b := range [][]byte{plainB, withB} {
+		if match, sure := ownerMatches(b, w.ContainerID, w.IfName); !match || !sure {
+			t.Errorf("format %d: ownerMatches = %v, %v", b[0], match, sure)
+		}
+	}
+	// A damaged record's owner is salvaged in both formats.
+	for _, b := range [][]byte{plainB, withB} {
+		if id, ifname := salvageOwner(b[:len(b)-1]); id != w.ContainerID || ifname != w.IfName {
+			t.Errorf("format %d, cut short: salvaged owner %q %q", b[0], id, ifname)
+		}
+	}
+	bad := func(name string, mutate func(e *enc)) {
+		t.Helper()
+		e := newEncFormat(0, recordWitnessFormat)
+		e.b = append(e.b, plainB[1:]...)
+		mutate(e)
+		if r, err := decodeRecord(e.b); err == nil {
+			t.Errorf("%s: decoded %+v", name, r)
+		}
+	}
+	bad("inode 0", func(e *enc) { e.uint(5); e.uint(0); e.uint(1) })
+	bad("unknown flag", func(e *enc) { e.uint(5); e.uint(9); e.uint(3) })
+	bad("no witness fields", func(*enc) {})
+	withB[0] = recordWitnessFormat + 1
+	if _, err := decodeRecord(withB); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("a later format: %v, want newer", err)
 	}
 }

@@ -13,9 +13,15 @@ import (
 )
 
 // appendRecord encodes r. The field order is the format: change it only with
-// a new binaryFormat.
+// a new binaryFormat. A record with a netns witness is in
+// recordWitnessFormat: the same fields, then the witness's device, inode and
+// flags (netnsExisted).
 func appendRecord(r *allocator.Record) []byte {
-	e := newEnc(96 + len(r.ContainerID) + len(r.Netns) + len(r.PodName) + len(r.PodNamespace) + len(r.PodUID))
+	format := byte(binaryFormat)
+	if r.NetnsWitness.Known() {
+		format = recordWitnessFormat
+	}
+	e := newEncFormat(96+len(r.ContainerID)+len(r.Netns)+len(r.PodName)+len(r.PodNamespace)+len(r.PodUID), format)
 	e.addr(r.IP)
 	e.int(int64(r.PrefixLen))
 	e.addr(r.Gateway)
@@ -35,12 +41,26 @@ func appendRecord(r *allocator.Record) []byte {
 	e.time(r.Obs.FirstMissed)
 	e.str(r.Obs.Verdict)
 	e.str(r.Obs.SandboxState)
+	if format == recordWitnessFormat {
+		w := r.NetnsWitness
+		e.uint(w.Dir.Dev)
+		e.uint(w.Dir.Ino)
+		flags := uint64(0)
+		if w.Existed {
+			flags |= netnsExisted
+		}
+		e.uint(flags)
+	}
 	return e.b
 }
 
+// Flags of a record's netns witness.
+const netnsExisted = 1
+
 func readRecord(b []byte) (*allocator.Record, error) {
-	d := newDec(b)
-	r := &allocator.Record{Version: binaryFormat}
+	d := newDecUpTo(b, recordWitnessFormat)
+	r := &allocator.Record{Version: int(d.format)}
+
 	r.IP = d.addr()
 	r.PrefixLen = d.smallInt()
 	r.Gateway = d.addr()
@@ -60,6 +80,18 @@ func readRecord(b []byte) (*allocator.Record, error) {
 	r.Obs.FirstMissed = d.time()
 	r.Obs.Verdict = d.str()
 	r.Obs.SandboxState = d.str()
+	if d.format == recordWitnessFormat {
+		r.NetnsWitness.Dir = allocator.DirID{Dev: d.uint(), Ino: d.uint()}
+		flags := d.uint()
+		r.NetnsWitness.Existed = flags&netnsExisted != 0
+		switch {
+		case d.err != nil:
+		case !r.NetnsWitness.Known():
+			d.fail(errors.New("netns witness without an inode"))
+		case flags&^netnsExisted != 0:
+			d.fail(fmt.Errorf("unknown netns witness flags %#x", flags))
+		}
+	}
 	if err := d.done(); err != nil {
 		return nil, err
 	}
@@ -140,8 +172,9 @@ func readRangeSets(b []byte) ([]allocator.StoredRangeSet, error) {
 }
 
 func encodeRecord(r *allocator.Record) ([]byte, error) {
-	r.Version = binaryFormat
-	return appendRecord(r), nil
+	b := appendRecord(r)
+	r.Version = int(b[0])
+	return b, nil
 }
 
 // decodeAt reads the record stored under key: decodeRecord, and the address

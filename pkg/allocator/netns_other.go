@@ -1,0 +1,7 @@
+//go:build !unix
+
+package allocator
+
+import "os"
+
+func dirIDOfInfo(os.FileInfo) (DirID, bool) { return DirID{}, false }
