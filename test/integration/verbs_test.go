@@ -201,8 +201,8 @@ func TestVerbCHECK(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, id, want string
-		prev       json.RawMessage
-		code       uint
+		prev           json.RawMessage
+		code           uint
 	}{
 		{"missing its address", "c000", own, prevResultOf(), types.ErrInternal},
 		{"listing another attachment's address of our range", "c000", other, prevResultOf(own, other), types.ErrInternal},
