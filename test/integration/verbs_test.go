@@ -334,7 +334,9 @@ func TestVerbVERSION(t *testing.T) {
 // TestVerbMarker: the commit marker (the last entry, no ipam) ADD marks the
 // attachment's reservations committed and passes prevResult through
 // unchanged; its CHECK fails while a reservation is pending and succeeds once
-// committed; its DEL releases nothing (the ipam entry's DEL does).
+// committed; its DEL releases nothing (the ipam entry's DEL does). Finding
+// no store (the ipam entry is not hostlease, or its dataDir differs), its ADD
+// still passes prevResult through, and warns.
 func TestVerbMarker(t *testing.T) {
 	h := newHardNet(t, "verb-marker", 2)
 	prev := prevResultOf(h.ips["c000"].String())
@@ -384,6 +386,27 @@ func TestVerbMarker(t *testing.T) {
 	if held := h.held(t); len(held["c000"]) != 1 {
 		t.Errorf("the marker's DEL released c000 (%v): only the ipam entry's DEL releases", held)
 	}
+
+	// No store where the marker looks: the ipam entry is not hostlease, or
+	// its dataDir differs. The chain's result still passes, with a warning.
+	other := newHardNet(t, "verb-marker-nostore", 0)
+	o = runPlugin(other.ctx, other.call("ADD", "c000"), other.markerConf(t, prev))
+	if !o.OK() || !jsonEqual(decoded(t, o.Stdout), decoded(t, prev)) {
+		t.Errorf("marker ADD with no store: %v, printed %s; want prevResult passed through", o, o.Stdout)
+	}
+	if !strings.Contains(string(o.Stderr), "level=WARN") || !strings.Contains(string(o.Stderr), "dataDir") {
+		t.Errorf("marker ADD with no store printed %q: want a warning naming the likely cause (ipam type, dataDir)", o.Stderr)
+	}
+}
+
+// decoded is b as a decoded JSON value (nil when it does not decode).
+func decoded(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Errorf("%q: %v", b, err)
+	}
+	return v
 }
 
 // jsonEqual compares two decoded JSON values.
