@@ -165,6 +165,24 @@ func TestUpgradeAndRestart(t *testing.T) {
 	defer ch.Stop()
 
 	t.Run("QuietMinute", func(t *testing.T) {
+		// The daemon first reads the API server when a reclaim it reports
+		// is due, and keeps its pod watch from then on: start it as a
+		// reclaim does (a leak whose netns is gone, reclaimed with an
+		// Event), then count a minute of what it asks.
+		quiet := makeGhostLeaks(t, "hlk8s-quiet", "10.251.9.0/24", 1)
+		t.Cleanup(func() { os.Remove(filepath.Join(CNIDataDir, "hlk8s-quiet.db")) })
+		if err := os.Remove(quiet[0].Netns); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 3*time.Minute, "the daemon's pod watch (started by the leak's reclaim)", func() (bool, string) {
+			reqs := gcRequests(t)
+			for _, e := range reqs {
+				if e.Verb == "watch" {
+					return true, ""
+				}
+			}
+			return false, strconv.Itoa(len(reqs)) + " requests of the daemon, no watch"
+		})
 		from := time.Now()
 		time.Sleep(61 * time.Second) // the window measured, not a synchronisation
 		// Every request the audit log holds that the daemon made in the
@@ -315,6 +333,7 @@ func TestUpgradeAndRestart(t *testing.T) {
 	})
 
 	t.Run("DaemonDeletedMidSweep", func(t *testing.T) {
+		start := time.Now() // reclaims before it (QuietMinute's) are not this scenario's
 		ch.Stop()
 		settleChurn(t, c, ns, 3)
 		nets := []struct {
