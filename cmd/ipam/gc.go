@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/netconf"
@@ -13,9 +12,12 @@ import (
 )
 
 // cmdGC releases every reservation of this network whose attachment is not in
-// cni.dev/valid-attachments. Only this network's store is touched. A config
-// without the key is refused: treating it as an empty list would free every
-// address on the node.
+// cni.dev/valid-attachments. Only this network's store is touched. A GC
+// without the list (neither spelling, or null) releases nothing and succeeds,
+// with a warning saying why: treating it as an empty list would free every
+// address on the node, and failing it fails every GC of the conflist (cnitool
+// v1.3.1 sends no list; host-local's GC is a no-op). An empty list is a list:
+// every reservation of the network is released.
 //
 // The commit marker collects too: the spec says a plugin must forward GC to its
 // IPAM, but the reference plugins (bridge v1.9.1: "FIXME GC") do not, so in a
@@ -25,12 +27,13 @@ func cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if !storeExists(c) {
+	if c.ValidAttachments == nil {
+		logWith("verb", "GC", "network", c.Network).Warn(
+			"GC without cni.dev/valid-attachments: released nothing (an absent list is not an empty one; the runtime must name the attachments in use)")
 		return nil
 	}
-	if c.ValidAttachments == nil {
-		return types.NewError(types.ErrInvalidNetworkConfig,
-			"cni.dev/valid-attachments: missing; refusing to garbage-collect without the list of attachments in use", "")
+	if !storeExists(c) {
+		return nil
 	}
 	s, err := openStore(c, store.OpenOptions{})
 	if err != nil {

@@ -37,7 +37,9 @@ func markerAdd(args *skel.CmdArgs, c *netconf.Config) error {
 			log().Info("no pending allocation for this attachment (ipam is not hostlease, or dataDir differs)")
 		}
 	} else {
-		log().Info("no hostlease store for this network: nothing to commit", "storeDir", c.StoreDir)
+		// The ipam entry creates the store before the chain reaches the
+		// marker: none means its ipam is not hostlease or its dataDir differs.
+		log().Warn("no hostlease store for this network: nothing to commit (is the ipam type hostlease, with the same dataDir?)", "storeDir", c.StoreDir)
 	}
 	if conf.PrevResult == nil {
 		return types.PrintResult(&current.Result{CNIVersion: conf.CNIVersion}, conf.CNIVersion)

@@ -14,13 +14,19 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
-// logWith returns a logger writing to stderr (which runtimes keep in their
-// logs) with attrs on every line. It is made only when there is something to
-// log: most calls log nothing, and slog formats a logger's attributes as soon
-// as it is made, which would cost every exec (measured 44 us of CPU per DEL
-// that logs nothing, d8bbcda).
+// logWith returns a logger writing warnings and errors to stderr, with attrs
+// on every line; Info lines are not printed. The plugin's stderr is the
+// runtime's: libcni (containerd, CRI-O, podman, cnitool) copies a successful
+// plugin's stderr to its own (the runtime's log, podman's terminal), where
+// host-local prints nothing, so a call that went as expected (a DEL of an
+// unknown container, a GC) is silent and a line means something needs a
+// look. What a call changed is in the store's audit log. The logger is made
+// only when there is something to log: slog formats a logger's attributes as
+// soon as it is made, which would cost every exec (measured 44 us of CPU per
+// DEL that logs nothing, d8bbcda).
 func logWith(attrs ...any) *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With(append([]any{"plugin", "hostlease"}, attrs...)...)
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
+		With(append([]any{"plugin", "hostlease"}, attrs...)...)
 }
 
 // openStore opens the network's store for one operation, as o says (Create:

@@ -5,6 +5,7 @@
 package testbin
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -86,4 +87,31 @@ func Main(m *testing.M, name string, bins map[string]string, dir *string) int {
 	}
 	*dir = d
 	return m.Run()
+}
+
+// CNITool is the reference CNI command-line runtime. Its module's go.mod
+// (cobra) is not this project's, so Install builds it.
+const CNITool = "github.com/containernetworking/cni/cnitool"
+
+// Install builds pkg, a command of module, into dir with `go install
+// pkg@version` at the version of module this project's go.mod requires: a
+// build outside this module, resolved by the command's own go.mod, for the
+// reference tools whose dependencies this project does not require. It must
+// run inside this module (a test's working directory is).
+func Install(dir, module, pkg string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out, err := exec.Command(goBin, "list", "-m", "-f", "{{.Version}}", module).Output()
+	if err != nil {
+		return fmt.Errorf("go list -m %s: %v", module, err)
+	}
+	version := string(bytes.TrimSpace(out))
+	cmd := exec.Command(goBin, "install", "-buildvcs=false", pkg+"@"+version)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOBIN="+dir, "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go install %s@%s: %v\n%s", pkg, version, err, out)
+	}
+	return nil
 }

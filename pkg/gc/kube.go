@@ -25,14 +25,21 @@ import (
 //
 // The pods come from an informer filtered to this node (fieldSelector
 // spec.nodeName=<node>), started on the first View: one LIST, then one WATCH
-// kept open (re-established every 5-10 minutes), instead of a LIST per sweep.
-// Its cache keeps only what a veto needs (UID, namespace, name, phase, IPs).
+// with bookmarks, kept open until the server ends it (the reflector asks for
+// 5-10 minutes), instead of a LIST per sweep: a quiet node costs the API
+// server at most one request a minute. The client has no overall timeout
+// (it would end the watch too); every other request is bounded by its own
+// context (requestTimeout). Its cache keeps only what a veto needs (UID,
+// namespace, name, phase, IPs).
 type Kube struct {
 	client kubernetes.Interface
 	node   string
 	// syncWait bounds how long the first View waits for the informer's
 	// initial LIST; later Views never wait (the informer keeps retrying).
 	syncWait time.Duration
+	// requestTimeout bounds each request that is not the watch (the
+	// informer's LIST, an Event).
+	requestTimeout time.Duration
 
 	once     sync.Once
 	informer cache.SharedIndexInformer
@@ -41,7 +48,7 @@ type Kube struct {
 
 // NewKube wraps a clientset for the given node.
 func NewKube(client kubernetes.Interface, node string) *Kube {
-	return &Kube{client: client, node: node, syncWait: 10 * time.Second}
+	return &Kube{client: client, node: node, syncWait: 10 * time.Second, requestTimeout: 15 * time.Second}
 }
 
 // KubeFromOptions builds the API client from --kubeconfig (in-cluster config
@@ -53,6 +60,21 @@ func KubeFromOptions(o *Options) (*Kube, error) {
 	if o.NodeName == "" {
 		return nil, fmt.Errorf("--node-name (or NODE_NAME) is required to use the API server; pass --no-api to run without it")
 	}
+	cfg, err := restConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewKube(cs, o.NodeName), nil
+}
+
+// restConfig is the API client's configuration from --kubeconfig (in-cluster
+// when empty). It has no overall timeout: that bounds a watch's whole
+// response and so would end the pod watch every time it expires (see Kube).
+func restConfig(o *Options) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if o.Kubeconfig != "" {
@@ -63,13 +85,8 @@ func KubeFromOptions(o *Options) (*Kube, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w (pass --no-api to run without an API server)", err)
 	}
-	cfg.Timeout = 15 * time.Second
 	cfg.UserAgent = "hostlease-gc/" + Version
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return NewKube(cs, o.NodeName), nil
+	return cfg, nil
 }
 
 // start runs the node-filtered pod informer (once).
@@ -83,10 +100,16 @@ func (k *Kube) start() {
 		lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				byNode(&o)
+				ctx, cancel := context.WithTimeout(ctx, k.requestTimeout)
+				defer cancel()
 				return pods.List(ctx, o)
 			},
+			// The watch lives as long as the server keeps it (the
+			// reflector's timeoutSeconds); bookmarks let it resume from a
+			// recent resourceVersion without a new LIST.
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				byNode(&o)
+				o.AllowWatchBookmarks = true
 				return pods.Watch(ctx, o)
 			},
 		}, k.client)
@@ -185,6 +208,8 @@ func (k *Kube) Event(ctx context.Context, api APIView, r *allocator.Record, even
 			ns = pod.Namespace
 		}
 	}
+	ctx, cancel := context.WithTimeout(ctx, k.requestTimeout)
+	defer cancel()
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
 		ObjectMeta:          metav1.ObjectMeta{GenerateName: "hostlease-", Namespace: ns},

@@ -122,24 +122,29 @@ func (c *netCounters) merge(d *netCounters) {
 }
 
 // gaugesOf is a network's state after the sweep that produced nr: the
-// snapshot with this sweep's reclaims, re-reservations and commits applied
+// snapshot with this sweep's reclaims, host-local releases, re-reservations
+// and commits applied
 // (under --dry-run, which writes nothing, the snapshot as read).
 func gaugesOf(nr *NetworkReport, dryRun bool) *netGauges {
 	snap := nr.Snapshot
 	g := &netGauges{damaged: len(snap.Damaged)}
-	reclaimed := make(map[netip.Addr]bool, len(nr.Reclaimed))
+	// Freed by this sweep: its reclaims and the host-local releases.
+	freed := make(map[netip.Addr]bool, len(nr.Reclaimed)+len(nr.HostLocalReleased))
 	for _, r := range nr.Reclaimed {
-		reclaimed[r.IP] = true
+		freed[r.IP] = true
+	}
+	for _, r := range nr.HostLocalReleased {
+		freed[r.IP] = true
 	}
 	for _, c := range nr.cands {
-		if !reclaimed[c.Record.IP] && unverified(c.netns, nr.netns.LiveMissing) {
+		if !freed[c.Record.IP] && unverified(c.netns, nr.netns.LiveMissing) {
 			g.netnsUnverified++
 		}
 	}
 	for i := range nr.Verdict.Decisions {
 		d := &nr.Verdict.Decisions[i]
 		switch {
-		case reclaimed[d.Record.IP]:
+		case freed[d.Record.IP]:
 			continue
 		case d.Record.State == allocator.StateCommitted || d.Action == MarkCommitted && !dryRun:
 			g.committed++

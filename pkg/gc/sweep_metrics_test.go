@@ -227,3 +227,64 @@ func TestSweepForgetsRemovedNetwork(t *testing.T) {
 		t.Fatalf("the remaining network's pool size series is gone too")
 	}
 }
+
+// The gauges a sweep exports are the store as that sweep leaves it: an
+// imported host-local reservation the sweep released (its file gone) is free
+// in hostlease_pool_free_addresses (what the exhaustion alert reads) and no
+// longer counted in hostlease_allocations, already in that sweep's export, as
+// the next sweep reads them from the store.
+func TestSweepGaugesCreditHostLocalReleasesOfTheSweep(t *testing.T) {
+	e := newSweepEnv(t)
+	hl := e.s.hostLocalDir(testNet)
+	if err := os.MkdirAll(hl, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// host-local keeps a lock file in its dir on every call; its DEL leaves it.
+	if err := os.WriteFile(hl+"/lock", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"10.1.0.50", "10.1.0.51"} {
+		if err := os.WriteFile(hl+"/"+f, []byte("ctr-"+f+"\r\neth0"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e.cri.set("ctr-"+f, SandboxReady, addr(f))
+	}
+	live := e.alloc("sb-live", t0.Add(-time.Hour)) // creates the store
+	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.update(func(tx *store.Tx) error {
+		_, err := allocator.ImportHostLocal(tx, hl, testNet, testRanges, t0.Add(-time.Hour))
+		return err
+	})
+	type gauges struct{ free, committed, pending float64 }
+	read := func() gauges {
+		return gauges{
+			free:      e.metric("hostlease_pool_free_addresses", "network", testNet, "range_set", "0"),
+			committed: e.metric("hostlease_allocations", "network", testNet, "state", "committed"),
+			pending:   e.metric("hostlease_allocations", "network", testNet, "state", "pending"),
+		}
+	}
+	e.sweepAt(t0)
+	before := read()
+
+	// host-local's DEL removed its file; the runtime no longer lists the sandbox.
+	if err := os.Remove(hl + "/10.1.0.50"); err != nil {
+		t.Fatal(err)
+	}
+	e.cri.remove("ctr-10.1.0.50")
+	if nr := e.net(e.sweepAt(t0.Add(time.Second))); len(nr.HostLocalReleased) != 1 {
+		t.Fatalf("the sweep released %v, want 10.1.0.50", nr.HostLocalReleased)
+	}
+	releasing := read()
+	e.sweepAt(t0.Add(2 * time.Second))
+	next := read()
+
+	if releasing.free != before.free+1 {
+		t.Errorf("pool_free_addresses after the sweep that released 10.1.0.50 = %v, want %v (the release credited)", releasing.free, before.free+1)
+	}
+	if releasing.committed+releasing.pending != before.committed+before.pending-1 {
+		t.Errorf("allocations after the release = %+v, before %+v: want one fewer", releasing, before)
+	}
+	if releasing != next {
+		t.Errorf("gauges of the releasing sweep %+v differ from the next sweep's %+v (read from the store)", releasing, next)
+	}
+}
