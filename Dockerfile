@@ -14,8 +14,10 @@
 # unprivileged by default; the DaemonSet deliberately runs both containers as
 # uid 0, with every capability dropped, because the CRI socket, the plugin's
 # stores and /opt/cni/bin are root-owned (see deploy/base/daemonset.yaml).
-# WORKDIR / because distroless nonroot's /home/nonroot is 0700 and owned by
-# 65532: uid 0 without CAP_DAC_OVERRIDE could not start in it.
+# WORKDIR / because distroless nonroot's working dir /home/nonroot is 0700
+# and owned by 65532, and the containers run as uid 0 with every capability
+# dropped: nothing should depend on entering it (hack/image.sh's image uses /
+# too).
 #
 # Without docker: hack/image.sh builds the same layout (a base layer made
 # from files, equivalent to distroless static: passwd/group with root and
