@@ -7,13 +7,22 @@
 #
 #   docker build --build-arg VERSION=v0.1.0 -t ghcr.io/hostlease/hostlease:v0.1.0 .
 #
-# Base: distroless static (no libc needed, CGO_ENABLED=0), "debug" flavour
-# because the install-cni init container needs busybox's sh/cp/mv (at
-# /busybox) for its copy-then-rename install; there is nothing else in it.
-# It is the "nonroot" variant (USER 65532) so that running the image by hand
-# is unprivileged by default; the DaemonSet deliberately runs both containers
-# as uid 0, with every capability dropped, because the CRI socket, the
-# plugin's stores and /opt/cni/bin are root-owned (see deploy/base/daemonset.yaml).
+# Base: distroless static, "nonroot" variant (no libc needed, CGO_ENABLED=0):
+# no shell, no busybox, no package manager. The install-cni init container
+# runs `hostlease-gc install-cni` (a Go copy-fsync-rename-verify), so nothing
+# in the image needs a shell. USER 65532 so that running the image by hand is
+# unprivileged by default; the DaemonSet deliberately runs both containers as
+# uid 0, with every capability dropped, because the CRI socket, the plugin's
+# stores and /opt/cni/bin are root-owned (see deploy/base/daemonset.yaml).
+# WORKDIR / because distroless nonroot's working dir /home/nonroot is 0700
+# and owned by 65532, and the containers run as uid 0 with every capability
+# dropped: nothing should depend on entering it (hack/image.sh's image uses /
+# too).
+#
+# Without docker: hack/image.sh builds the same layout (a base layer made
+# from files, equivalent to distroless static: passwd/group with root and
+# nonroot, /tmp 1777, the CA bundle) with go-containerregistry, reproducibly;
+# the tests use it because no registry is reachable there (README.md).
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
@@ -32,7 +41,8 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
       -ldflags "-s -w -X github.com/hostlease/hostlease/pkg/gc.Version=${VERSION}" \
       -o /out/hostlease-gc ./cmd/ipam-gc
 
-FROM gcr.io/distroless/static-debian12:debug-nonroot
+FROM gcr.io/distroless/static-debian12:nonroot
+WORKDIR /
 COPY --from=build /out/hostlease /hostlease
 COPY --from=build /out/hostlease-gc /hostlease-gc
 ENTRYPOINT ["/hostlease-gc"]

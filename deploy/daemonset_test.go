@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,11 +18,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/hostlease/hostlease/internal/testbin"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
 // The DaemonSet: its wiring to the daemon's real flag set, host mounts,
-// container security, the CNI install script and the Dockerfile.
+// container security, the CNI install command and the Dockerfile.
 
 // expandVars expands $(VAR) references as the kubelet does for args, from the
 // container's env; fieldRef/resourceFieldRef values get test stand-ins.
@@ -295,80 +298,74 @@ func checkContainerSecurity(t *testing.T, c corev1.Container) {
 	}
 }
 
-// The install-cni script really installs atomically: run it with sh against
-// a temporary "host" bin dir holding an old binary.
-func TestInstallCNIScript(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
+// The install-cni init container is `hostlease-gc install-cni` with the
+// image's plugin and the mounted CNI bin dir, and that exact command line
+// really installs atomically: the real binaries run it with the two paths
+// mapped into a temporary "image" and "host", over an old binary held open
+// (a plugin being exec'd during the upgrade).
+func TestInstallCNICommand(t *testing.T) {
 	objs := build(t, "base")
 	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", "hostlease-gc")
 	ic := container(t, ds.Spec.Template.Spec.InitContainers, "install-cni")
-	if len(ic.Command) != 2 || ic.Command[0] != "/busybox/sh" || ic.Command[1] != "-c" || len(ic.Args) != 1 {
-		t.Fatalf("install-cni command %q args %q: want /busybox/sh -c SCRIPT", ic.Command, ic.Args)
+	wantCmd := []string{"/hostlease-gc", "install-cni"}
+	wantArgs := []string{"--from=/hostlease", "--to=/host/opt/cni/bin"}
+	if !slices.Equal(ic.Command, wantCmd) || !slices.Equal(ic.Args, wantArgs) {
+		t.Fatalf("install-cni command %q args %q: want %q %q", ic.Command, ic.Args, wantCmd, wantArgs)
 	}
-	script := ic.Args[0]
-	if !strings.Contains(script, `tmp="$dir/`) || !strings.Contains(script, `mv -f "$tmp" "$dir/hostlease"`) {
-		t.Fatalf("script does not copy into the target dir and rename:\n%s", script)
+	hostMount(t, ds, ic, "/host/opt/cni/bin") // --to is the host's CNI bin dir
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
 	}
 
 	tmp := t.TempDir()
-	src := filepath.Join(tmp, "hostlease")
-	bin := filepath.Join(tmp, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
+	bin := filepath.Join(tmp, "image")
+	if err := os.Mkdir(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	old := filepath.Join(bin, "hostlease")
-	if err := os.WriteFile(old, []byte("old binary"), 0o755); err != nil {
+	if err := testbin.Build(bin, map[string]string{"hostlease": testbin.Plugin, "hostlease-gc": testbin.GC}); err != nil {
 		t.Fatal(err)
 	}
-	oldFile, err := os.Open(old) // like a plugin being exec'd during the upgrade
+	host := filepath.Join(tmp, "host-cni-bin")
+	if err := os.Mkdir(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(host, "hostlease")
+	if err := os.WriteFile(old, []byte("#!/bin/false\nold binary\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	oldFile, err := os.Open(old)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer oldFile.Close()
 	oldInfo, _ := oldFile.Stat()
-	for i, content := range []string{"new binary v1", "new binary v2"} {
-		if err := os.WriteFile(src, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("sh", "-c", script)
-		cmd.Env = append(os.Environ(), "HOSTLEASE_SRC="+src, "HOSTLEASE_CNI_BIN_DIR="+bin)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("run %d: %v\n%s", i, err, out)
-		}
-		got, err := os.ReadFile(old)
-		if err != nil || string(got) != content {
-			t.Fatalf("run %d: installed %q, %v", i, got, err)
-		}
-		st, _ := os.Stat(old)
-		if st.Mode().Perm() != 0o755 {
-			t.Errorf("run %d: mode %v", i, st.Mode())
-		}
-		if os.SameFile(st, oldInfo) {
-			t.Errorf("run %d: the old file was overwritten in place, not replaced by rename", i)
-		}
-		entries, _ := os.ReadDir(bin)
-		if len(entries) != 1 {
-			t.Errorf("run %d: leftovers in bin dir: %v", i, entries)
-		}
-	}
-	// The old inode is intact for whoever had it open.
-	b, _ := io.ReadAll(oldFile)
-	if string(b) != "old binary" {
-		t.Errorf("old open file reads %q", b)
-	}
 
-	// A failing copy leaves neither a temp file nor a broken binary.
-	cmd := exec.Command("sh", "-c", script)
-	cmd.Env = append(os.Environ(), "HOSTLEASE_SRC="+filepath.Join(tmp, "missing"), "HOSTLEASE_CNI_BIN_DIR="+bin)
-	if out, err := cmd.CombinedOutput(); err == nil {
-		t.Errorf("missing source did not fail:\n%s", out)
+	mapped := strings.NewReplacer("=/hostlease", "="+filepath.Join(bin, "hostlease"), "=/host/opt/cni/bin", "="+host)
+	args := []string{ic.Command[1]}
+	for _, a := range ic.Args {
+		args = append(args, mapped.Replace(a))
 	}
-	entries, _ := os.ReadDir(bin)
-	if got, _ := os.ReadFile(old); len(entries) != 1 || string(got) != "new binary v2" {
-		t.Errorf("after a failed install: entries %v, binary %q", entries, got)
+	out, err := exec.Command(filepath.Join(bin, "hostlease-gc"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hostlease-gc %q: %v\n%s", args, err, out)
+	}
+	want, _ := os.ReadFile(filepath.Join(bin, "hostlease"))
+	got, err := os.ReadFile(old)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("installed %d bytes (%v), want the image's plugin (%d bytes)", len(got), err, len(want))
+	}
+	st, _ := os.Stat(old)
+	if st.Mode().Perm() != 0o755 {
+		t.Errorf("installed mode %v, want 0755", st.Mode())
+	}
+	if os.SameFile(st, oldInfo) {
+		t.Errorf("the old file was overwritten in place, not replaced by rename")
+	}
+	if b, _ := io.ReadAll(oldFile); string(b) != "#!/bin/false\nold binary\n" {
+		t.Errorf("the old binary, held open, now reads %d other bytes: it was rewritten", len(b))
+	}
+	if entries, _ := os.ReadDir(host); len(entries) != 1 {
+		t.Errorf("leftovers in the bin dir: %v", entries)
 	}
 }
 
@@ -394,11 +391,12 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
 	}
-	// install-cni runs /busybox/sh: the final stage must be a distroless
-	// "debug" image, which has busybox there.
+	// Nothing in the image needs a shell (install-cni is hostlease-gc's own
+	// command): the final stage is distroless static without busybox, i.e.
+	// not a "debug" tag.
 	froms := regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindAllStringSubmatch(df, -1)
-	if last := froms[len(froms)-1][1]; !strings.HasPrefix(last, "gcr.io/distroless/static") || !strings.Contains(last, ":debug") {
-		t.Errorf("final stage %s: install-cni needs busybox at /busybox (distroless static debug)", last)
+	if last := froms[len(froms)-1][1]; last != "gcr.io/distroless/static-debian12:nonroot" {
+		t.Errorf("final stage %s, want gcr.io/distroless/static-debian12:nonroot (no shell, no busybox)", last)
 	}
 }
 

@@ -11,7 +11,8 @@
 #   cni-bin/bridge cni-bin/loopback cni-bin/host-local   reference CNI plugins
 #   cni-bin/.version                                     version stamp of those
 #   pause                                                static pause binary
-#   pause.tar                                            OCI archive, localhost/hostlease/pause:e2e
+#   pause.tar                                            image archive (docker-archive), localhost/hostlease/pause:e2e
+#   image-tool/                                          hack/image.sh's cached image tool
 #   pause.stamp                                          hash of the sources it came from
 #   timings.log                                          how long each build took
 # A cache from before the version matrix (bin/containerd... with bin/.version)
@@ -204,16 +205,17 @@ step_cni() {
 # ---------------------------------------------------------------- pause image
 step_pause() {
 	local want
-	want=$(cat "$REPO/hack/pause/main.go" "$REPO/hack/ociimage/main.go" | sha256sum | cut -d' ' -f1)
+	want=$(cat "$REPO/hack/pause/main.go" "$REPO/hack/image/main.go" "$REPO/hack/image.sh" | sha256sum | cut -d' ' -f1)
 	if [ "$FORCE" != 1 ] && [ -s "$CACHE/pause.tar" ] && [ "$(cat "$CACHE/pause.stamp" 2>/dev/null)" = "$want" ]; then
 		log "pause: cached: $CACHE/pause.tar ($PAUSE_IMAGE)"
 		return
 	fi
-	log "pause: building static pause binary and OCI archive $PAUSE_IMAGE"
+	log "pause: building static pause binary and image archive $PAUSE_IMAGE (hack/image.sh)"
 	(
 		cd "$REPO"
 		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$CACHE/pause" ./hack/pause
-		go run ./hack/ociimage -binary "$CACHE/pause" -name "$PAUSE_IMAGE" -o "$CACHE/pause.tar"
+		HOSTLEASE_IMAGE_CACHE="$CACHE/image-tool" bash hack/image.sh -name "$PAUSE_IMAGE" -o "$CACHE/pause.tar" \
+			-entrypoint /pause "/pause=$CACHE/pause"
 	)
 	echo "$want" >"$CACHE/pause.stamp"
 }

@@ -7,7 +7,6 @@
 #   bin/etcd.version                         stamp
 #   bin/kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 #   bin/kube.version                         stamp ($K8S_VERSION)
-#   busybox                                  static busybox (Debian busybox-static)
 #   timings.log                              how long each build took
 #   e2e/                                     hack/e2e-setup.sh's cache for this suite
 # The builds run in throwaway wrapper modules under $CACHE/src: the project's go.mod
@@ -43,33 +42,12 @@ if ! flock -n 9; then
 fi
 
 # ---------------------------------------------------------------- e2e base
-# containerd, runc, CNI plugins, pause image: what e2e/ uses, built by the same
+# containerd, runc, CNI plugins, pause image (and the image tool): what e2e/ uses, built by the same
 # script into a cache of our own ($HOSTLEASE_CACHE, default $CACHE/e2e; e2e/k8s
 # uses the same), so a rebuild of the shared e2e cache never pulls binaries
 # from under a running node.
 step_e2e() {
 	HOSTLEASE_CACHE=${HOSTLEASE_CACHE:-$CACHE/e2e} bash "$REPO/hack/e2e-setup.sh"
-}
-
-# ---------------------------------------------------------------- busybox
-# The DaemonSet's install-cni container runs /busybox/sh; the image carries a
-# static busybox (Debian's busybox-static is statically linked).
-step_busybox() {
-	if [ "$FORCE" != 1 ] && [ -x "$CACHE/busybox" ]; then
-		log "busybox: cached"
-		return
-	fi
-	if [ ! -x /bin/busybox ] || ! file -L /bin/busybox 2>/dev/null | grep -q 'statically linked'; then
-		log "busybox: installing busybox-static"
-		export DEBIAN_FRONTEND=noninteractive
-		if ! apt-get install -y -q busybox-static; then
-			apt-get update -q
-			apt-get install -y -q busybox-static
-		fi
-	fi
-	cp /bin/busybox "$CACHE/busybox.tmp"
-	mv "$CACHE/busybox.tmp" "$CACHE/busybox"
-	log "busybox: $("$CACHE/busybox" | head -n1)"
 }
 
 # ---------------------------------------------------------------- etcd
@@ -161,7 +139,6 @@ step_kube() {
 T0=$SECONDS
 log "cache: $CACHE"
 step_e2e
-step_busybox
 step_etcd
 step_kube
-log "done in $((SECONDS - T0))s. bin=$CACHE/bin busybox=$CACHE/busybox"
+log "done in $((SECONDS - T0))s. bin=$CACHE/bin"

@@ -28,6 +28,7 @@ func commands() []command {
 		{"import", "import --network N [--host-local-dir D]", "import host-local state into a store", cmdImport},
 		{"export", "export --network N [--host-local-dir D]", "write a store back as host-local files (rollback)", cmdExport},
 		{"rebuild", "rebuild --network N [--cri-endpoint E] [--force]", "set a damaged store aside and rebuild it from CRI and what still decodes", cmdRebuild},
+		{"install-cni", "install-cni [--from PLUGIN] [--to CNI_BIN_DIR] [--name NAME]", "install the plugin binary into the CNI bin dir atomically and check that it runs", cmdInstallCNI},
 		{"version", "version", "print the version", func(_ []string, out, _ io.Writer) error { _, err := fmt.Fprintln(out, versionString()); return err }},
 	}
 }

@@ -90,7 +90,6 @@ var kubeletSysctls = map[string]string{
 // Bins are the cached Kubernetes binaries (hack/k8s-setup.sh).
 type Bins struct {
 	Etcd, APIServer, ControllerManager, Scheduler, Kubelet, Kubectl string
-	Busybox                                                         string
 }
 
 // K8sCacheDir is ${HOSTLEASE_K8S_CACHE:-/var/cache/hostlease-k8s}.
@@ -120,9 +119,8 @@ func EnsureBins() (Bins, error) {
 		Etcd: filepath.Join(c, "bin", "etcd"), APIServer: filepath.Join(c, "bin", "kube-apiserver"),
 		ControllerManager: filepath.Join(c, "bin", "kube-controller-manager"), Scheduler: filepath.Join(c, "bin", "kube-scheduler"),
 		Kubelet: filepath.Join(c, "bin", "kubelet"), Kubectl: filepath.Join(c, "bin", "kubectl"),
-		Busybox: filepath.Join(c, "busybox"),
 	}
-	for _, p := range []string{b.Etcd, b.APIServer, b.ControllerManager, b.Scheduler, b.Kubelet, b.Kubectl, b.Busybox} {
+	for _, p := range []string{b.Etcd, b.APIServer, b.ControllerManager, b.Scheduler, b.Kubelet, b.Kubectl} {
 		if _, err := os.Stat(p); err != nil {
 			return Bins{}, fmt.Errorf("k8s artifact missing (run hack/k8s-setup.sh as root): %w", err)
 		}

@@ -59,6 +59,16 @@ func TestInstall(t *testing.T) {
 	waitNodeReady(t, c)
 
 	pod := gcPod(t, c)
+	// install-cni is hostlease-gc's own command (the image has no shell): it
+	// reports the installed file's hash and the CNI versions it answered.
+	sum, err := fileSHA256(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log := kubectl(t, c, "-n", SysNamespace, "logs", pod, "-c", "install-cni"); !strings.Contains(log,
+		"install-cni: installed /hostlease as /host/opt/cni/bin/hostlease (sha256 "+sum+", CNI versions ") {
+		t.Errorf("install-cni log does not report the installed plugin (sha256 %s):\n%s", sum, log)
+	}
 	waitUntil(t, time.Minute, "/metrics through the pod", func() (bool, string) {
 		out, err := c.Kubectl("get", "--raw", "/api/v1/namespaces/"+SysNamespace+"/pods/"+pod+":19734/proxy/metrics")
 		if err != nil {

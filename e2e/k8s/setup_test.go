@@ -130,21 +130,17 @@ func setupHostlease(c *Cluster) error {
 	return c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil))
 }
 
-// importImage packs the plugin, the daemon and busybox (install-cni's shell)
-// into an OCI archive named name and imports it into the node's containerd.
+// importImage builds the DaemonSet's image named name (hack/image.sh: the
+// shell-less base layer, the plugin at /hostlease and the daemon at
+// /hostlease-gc) and imports it into the node's containerd.
 func importImage(c *Cluster, name, plugin, gcBin string) error {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		return err
 	}
 	tar := filepath.Join(Root, "image-"+strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
-	args := []string{"run", "./hack/ociimage", "-binary", gcBin, "-entry", "hostlease-gc", "-name", name, "-o", tar,
-		"-add", "hostlease=" + plugin, "-add", "busybox/sh=" + c.Bins.Busybox, "-env", "PATH=/busybox:/usr/bin:/bin"}
-	for _, applet := range []string{"cp", "chmod", "mv", "rm", "sync", "cat", "ls", "wget"} {
-		args = append(args, "-symlink", "busybox/"+applet+"=sh")
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "image.sh"), "hostlease", name, tar, plugin, gcBin)
+	cmd.Env = append(os.Environ(), "HOSTLEASE_IMAGE_CACHE="+filepath.Join(c.Art.Cache, "image-tool"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build image %s: %v: %s", name, err, out)
 	}

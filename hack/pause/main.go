@@ -1,6 +1,6 @@
 // Command pause is the sandbox ("infra") process of the hostlease e2e pause
 // image. It is built statically and placed as /pause in the image that
-// hack/ociimage packs.
+// hack/image.sh packs.
 //
 // Guarantees:
 //   - it does nothing but wait: no network traffic, no files written;

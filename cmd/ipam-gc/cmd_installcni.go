@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of install-cni: the paths of the DaemonSet's init container (the
+// plugin at the image's root, the host's CNI bin dir mounted at /host).
+const (
+	installFromDefault = "/hostlease"
+	installToDefault   = "/host/opt/cni/bin"
+	installNameDefault = "hostlease"
+)
+
+// installVerifyTimeout bounds each run of the plugin's VERSION: a binary that
+// does not answer is a failed install, not a hung init container.
+const installVerifyTimeout = 30 * time.Second
+
+// cmdInstallCNI copies the plugin into the CNI bin dir without a shell (the
+// image has none). Contract:
+//   - the target dir is opened once, without following a link, and must be
+//     owned by this process's user and not writable by group or others;
+//     every later step works relative to that open directory, so a link or a
+//     rename swapped in after the check is never written through;
+//   - the plugin is copied into a temp file with a random name
+//     (.<name>.tmp.<hex>), created exclusively (O_EXCL|O_NOFOLLOW) in the
+//     target dir, fsynced, made 0755, run once (CNI VERSION) and only then
+//     renamed over <dir>/<name>; the dir is fsynced after the rename. A
+//     runtime that execs <dir>/<name> at any instant finds the complete old
+//     or the complete new binary, never a partial one; an existing
+//     <dir>/<name> is never written to;
+//   - after the rename, the installed file (opened without following a link)
+//     must have the copied content, and running it with CNI_COMMAND=VERSION
+//     must list the CNI spec version this build speaks; otherwise the
+//     command says what failed and exits 1;
+//   - on any failure before the rename the temp file is removed and the
+//     installed binary is left as it was.
+func cmdInstallCNI(args []string, stdout, stderr io.Writer) error {
+	fs := flagSet("install-cni", stderr)
+	from := fs.String("from", installFromDefault, "the plugin binary to install")
+	to := fs.String("to", installToDefault, "the CNI bin dir to install it into")
+	name := fs.String("name", installNameDefault, "the plugin's file name in --to (the conflists' \"type\")")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *from == "" || *to == "" {
+		return fmt.Errorf("%w: --from and --to must not be empty", errUsage)
+	}
+	if *name == "" || *name == "." || *name == ".." || strings.ContainsAny(*name, "/\x00") || strings.HasPrefix(*name, ".") {
+		return fmt.Errorf("%w: --name %q must be a plain file name (no '/', not starting with '.')", errUsage, *name)
+	}
+	res, err := installCNI(*from, *to, *name, stderr)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "install-cni: installed %s as %s (sha256 %s, CNI versions %s)\n",
+		escape(*from), escape(filepath.Join(*to, *name)), res.sum, strings.Join(res.versions, ","))
+	return err
+}
+
+// installResult is what a successful install verified.
+type installResult struct {
+	sum      string   // sha256 of the installed file
+	versions []string // CNI spec versions the installed plugin reports
+}
+
+func installCNI(from, to, name string, stderr io.Writer) (installResult, error) {
+	dirfd, err := openTrustedDir(to)
+	if err != nil {
+		return installResult{}, err
+	}
+	defer unix.Close(dirfd)
+
+	tmp, sum, err := copyToTemp(from, dirfd, to, name)
+	if err != nil {
+		return installResult{}, err
+	}
+	keepTmp := false
+	defer func() {
+		if !keepTmp {
+			_ = unix.Unlinkat(dirfd, tmp, 0)
+		}
+	}()
+	// The new binary must run on this node before it replaces the old one.
+	if _, err := verifyPlugin(filepath.Join(to, tmp), stderr); err != nil {
+		return installResult{}, fmt.Errorf("%s (copied to %s) does not work here, the installed %s is unchanged: %w",
+			from, filepath.Join(to, tmp), filepath.Join(to, name), err)
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+		return installResult{}, fmt.Errorf("rename %s over %s: %w", filepath.Join(to, tmp), filepath.Join(to, name), err)
+	}
+	keepTmp = true // it is the installed file now
+	if err := unix.Fsync(dirfd); err != nil {
+		return installResult{}, fmt.Errorf("fsync %s: %w", to, err)
+	}
+
+	installed := filepath.Join(to, name)
+	got, err := hashAt(dirfd, name)
+	if err != nil {
+		return installResult{}, fmt.Errorf("installed %s, but reading it back failed: %w", installed, err)
+	}
+	if got != sum {
+		return installResult{}, fmt.Errorf("installed %s, but it now reads sha256 %s, not the %s copied from %s", installed, got, sum, from)
+	}
+	versions, err := verifyPlugin(installed, stderr)
+	if err != nil {
+		return installResult{}, fmt.Errorf("installed %s, but running it failed: %w", installed, err)
+	}
+	return installResult{sum: sum, versions: versions}, nil
+}
+
+// openTrustedDir opens dir as a directory without following a link and
+// checks that no other user controls it: owned by this process's user, not
+// writable by group or others. The error names the path, owner, mode and
+// the fix.
+func openTrustedDir(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			if fi, lerr := os.Lstat(dir); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+				return -1, fmt.Errorf("--to %s is a symbolic link: refusing to install through it; name the real directory", dir)
+			}
+			return -1, fmt.Errorf("--to %s: not a directory", dir)
+		}
+		return -1, fmt.Errorf("--to %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("--to %s: %w", dir, err)
+	}
+	uid := uint32(os.Geteuid())
+	if st.Uid != uid || st.Mode&0o022 != 0 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("--to %s is owned by uid %d with mode %04o: refusing to install into a directory another user can write; make it owned by uid %d and not group/other-writable (chown %d %s; chmod go-w %s)",
+			dir, st.Uid, st.Mode&0o7777, uid, uid, dir, dir)
+	}
+	return fd, nil
+}
+
+// copyToTemp copies from into a new, exclusively created temp file in the
+// directory dirfd (named dir in messages), fsyncs it and makes it 0755. It
+// returns the temp file's name in the directory and the sha256 of what it
+// copied.
+func copyToTemp(from string, dirfd int, dir, name string) (tmp, sum string, err error) {
+	src, err := openNoFollow(from)
+	if err != nil {
+		return "", "", fmt.Errorf("--from %s: %w", from, err)
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return "", "", fmt.Errorf("--from %s: %w", from, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", "", fmt.Errorf("--from %s is not a regular file (%v)", from, fi.Mode().Type())
+	}
+
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", "", err
+	}
+	tmp = "." + name + ".tmp." + hex.EncodeToString(rnd[:])
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return "", "", fmt.Errorf("create %s: %w", filepath.Join(dir, tmp), err)
+	}
+	dst := os.NewFile(uintptr(fd), filepath.Join(dir, tmp))
+	fail := func(err error) (string, string, error) {
+		dst.Close()
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return "", "", err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(dst, h), src); err != nil {
+		return fail(fmt.Errorf("copy %s to %s: %w", from, dst.Name(), err))
+	}
+	if err := dst.Chmod(0o755); err != nil {
+		return fail(fmt.Errorf("chmod %s: %w", dst.Name(), err))
+	}
+	if err := dst.Sync(); err != nil {
+		return fail(fmt.Errorf("fsync %s: %w", dst.Name(), err))
+	}
+	// Closed before it is run: a file open for writing cannot be executed
+	// (ETXTBSY).
+	if err := dst.Close(); err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return "", "", fmt.Errorf("close %s: %w", filepath.Join(dir, tmp), err)
+	}
+	return tmp, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// openNoFollow opens a file for reading without following a final link.
+func openNoFollow(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, errors.New("is a symbolic link: refusing to follow it")
+		}
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// hashAt is the sha256 of the regular file name in the directory dirfd,
+// opened without following a link.
+func hashAt(dirfd int, name string) (string, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// verifyPlugin runs a plugin binary as a runtime asks its version
+// (CNI_COMMAND=VERSION) and returns the spec versions it reports; it fails
+// unless they include the one this build speaks (version.Current()).
+func verifyPlugin(path string, stderr io.Writer) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), installVerifyTimeout)
+	defer cancel()
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: stderr}, PluginDecoder: version.PluginDecoder{}}
+	info, err := invoke.GetVersionInfo(ctx, path, exec)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("CNI VERSION: no answer within %v", installVerifyTimeout)
+		}
+		return nil, fmt.Errorf("CNI VERSION: %w", err)
+	}
+	vs := info.SupportedVersions()
+	if !slices.Contains(vs, version.Current()) {
+		return nil, fmt.Errorf("CNI VERSION lists %q, which lacks spec version %s: not a hostlease plugin of this build", vs, version.Current())
+	}
+	return vs, nil
+}
