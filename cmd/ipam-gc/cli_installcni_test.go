@@ -244,9 +244,9 @@ func TestInstallCNIRefusesUntrustedDir(t *testing.T) {
 		setup    func(t *testing.T)
 		want     []string
 	}{
-		{"symlink", link, nil, []string{link, "symbolic link"}},
-		{"other-writable", dir, func(t *testing.T) { chmod(t, dir, 0o757) }, []string{dir, "0757", "chmod go-w"}},
-		{"group-writable", dir, func(t *testing.T) { chmod(t, dir, 0o775) }, []string{dir, "0775", "chmod go-w"}},
+		{"symlink", link, nil, []string{link, "is a symlink", "fix: name the directory itself"}},
+		{"other-writable", dir, func(t *testing.T) { chmod(t, dir, 0o757) }, []string{dir, "writable by others", "0757", "fix: chmod 0755"}},
+		{"group-writable", dir, func(t *testing.T) { chmod(t, dir, 0o775) }, []string{dir, "writable by group", "0775", "fix: chmod 0755"}},
 		{"other owner", dir, func(t *testing.T) {
 			if os.Geteuid() != 0 {
 				t.Skip("needs root to chown")

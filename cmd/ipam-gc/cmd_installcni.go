@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/hostlease/hostlease/internal/trustfs"
 	"io"
 	"os"
 	"path/filepath"
@@ -127,33 +128,16 @@ func installCNI(from, to, name string, stderr io.Writer) (installResult, error) 
 	return installResult{sum: sum, versions: versions}, nil
 }
 
-// openTrustedDir opens dir as a directory without following a link and
-// checks that no other user controls it: owned by this process's user, not
-// writable by group or others. The error names the path, owner, mode and
-// the fix.
+// openTrustedDir opens dir by internal/trustfs's contract (no symlink
+// followed; owned by this process's user or root; not writable by group or
+// others) and returns its descriptor, which the caller closes. A refusal
+// names the path, owner, mode and the fix.
 func openTrustedDir(dir string) (int, error) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	d, err := trustfs.OpenDir(dir)
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			if fi, lerr := os.Lstat(dir); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
-				return -1, fmt.Errorf("--to %s is a symbolic link: refusing to install through it; name the real directory", dir)
-			}
-			return -1, fmt.Errorf("--to %s: not a directory", dir)
-		}
-		return -1, fmt.Errorf("--to %s: %w", dir, err)
+		return -1, fmt.Errorf("--to: %w", err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("--to %s: %w", dir, err)
-	}
-	uid := uint32(os.Geteuid())
-	if st.Uid != uid || st.Mode&0o022 != 0 {
-		unix.Close(fd)
-		return -1, fmt.Errorf("--to %s is owned by uid %d with mode %04o: refusing to install into a directory another user can write; make it owned by uid %d and not group/other-writable (chown %d %s; chmod go-w %s)",
-			dir, st.Uid, st.Mode&0o7777, uid, uid, dir, dir)
-	}
-	return fd, nil
+	return d.Fd(), nil
 }
 
 // copyToTemp copies from into a new, exclusively created temp file in the
