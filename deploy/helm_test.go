@@ -301,10 +301,14 @@ func TestChartValuesReachTheDaemon(t *testing.T) {
 	}
 }
 
-// helm lint (strict: warnings fail) passes with the defaults and with every
-// choice above.
+// helm lint (strict: warnings fail) passes with the defaults, with every
+// choice above and with the real-node suite's values.
 func TestChartLint(t *testing.T) {
-	for _, tc := range chartCases {
+	cases := append(chartCases[:len(chartCases):len(chartCases)], struct {
+		kustomize string
+		values    []string
+	}{"e2e/k8s's", []string{"-f", "../e2e/k8s/helm-values.yaml"}})
+	for _, tc := range cases {
 		args := append([]string{"lint", chartDir, "--strict", "--namespace", namespace}, tc.values...)
 		if out, err := runHelm(t, args...); err != nil {
 			t.Errorf("%s values: %v\n%s", tc.kustomize, err, out)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,6 +101,8 @@ func TestHelm(t *testing.T) {
 
 	runHelm(t, c, helm, "lint", chart, "--strict", "-f", values)
 
+	plugin := filepath.Join(CNIBinDir, "hostlease")
+	inodeBefore := inode(plugin) // the kustomize install's copy, if any
 	removeKustomizeInstall(t, c)
 	kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy", "base", "namespace.yaml"))
 	installed := false
@@ -111,9 +114,13 @@ func TestHelm(t *testing.T) {
 	runHelm(t, c, helm, "install", helmRelease, chart, "-n", SysNamespace, "-f", values, "--wait", "--timeout", "3m")
 	installed = true
 	waitDaemonSetReady(t, c)
-	plugin := filepath.Join(CNIBinDir, "hostlease")
+	// install-cni of the release put the plugin in place (a new file renamed
+	// over the old one: another inode).
 	if a, b := mustSHA256(t, plugin), mustSHA256(t, mustProjectBin(t, "hostlease")); a != b {
 		t.Fatalf("%s is not bin/hostlease after helm install", plugin)
+	}
+	if inode(plugin) == inodeBefore {
+		t.Errorf("%s is still inode %d: helm install's install-cni did not install it", plugin, inodeBefore)
 	}
 	waitNodeReady(t, c)
 
@@ -219,6 +226,15 @@ func checkHelmValues(t testing.TB, path string) {
 	if got != want {
 		t.Fatalf("%s: %s\nthe harness has %s", path, got, want)
 	}
+}
+
+// inode is path's inode number, 0 if it does not exist.
+func inode(path string) uint64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Sys().(*syscall.Stat_t).Ino
 }
 
 func mustSHA256(t testing.TB, path string) string {
