@@ -198,6 +198,16 @@ func TestHelm(t *testing.T) {
 	})
 }
 
+// The chart's values for this node name the harness's image, paths and
+// ports (as TestOverlayChangesOnlyEnvironment checks the overlay's).
+func TestHelmValuesMatchHarness(t *testing.T) {
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHelmValues(t, filepath.Join(root, "e2e", "k8s", "helm-values.yaml"))
+}
+
 // checkHelmValues fails when the e2e values name other paths or ports than
 // the harness's.
 func checkHelmValues(t testing.TB, path string) {
