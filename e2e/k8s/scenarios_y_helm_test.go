@@ -80,11 +80,12 @@ func kubernetesLeftovers(t testing.TB, c *Cluster) string {
 // Scenario (Helm): the chart deploy/helm/hostlease with e2e/k8s/helm-values.yaml,
 // driven by the real helm v3:
 //   - helm lint passes; helm install brings the DaemonSet up and installs
-//     the plugin; a containerd #12130 leak is reclaimed with an
-//     AddressReclaimed Event on its pod;
+//     the plugin;
 //   - helm upgrade to a second image and helm rollback while pods churn:
 //     the same guarantees as the kubectl rolling update (no failed CNI call,
 //     the plugin replaced atomically, no record lost; see rollout);
+//   - a containerd #12130 leak is reclaimed with an AddressReclaimed Event
+//     on its pod;
 //   - helm uninstall removes every Kubernetes object of the release and
 //     leaves the plugin binary and its stores on the node (conflists still
 //     name the plugin): a pod started afterwards gets a committed address.
@@ -124,19 +125,6 @@ func TestHelm(t *testing.T) {
 	}
 	waitNodeReady(t, c)
 
-	// A leak (#12130 chain) reclaimed with an Event on its pod.
-	const leakNS = "e2e-helm-leak"
-	startCrashLoop(t, c, leakNS, "crashloop", 1, nil)
-	waitUntil(t, 3*time.Minute, "an AddressReclaimed Event on the crash-looping pod", func() (bool, string) {
-		for _, e := range reclaimEvents(t, c) {
-			if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Namespace == leakNS && strings.HasPrefix(e.InvolvedObject.Name, "crashloop-") {
-				return true, ""
-			}
-		}
-		return false, "none yet"
-	})
-	healChain()
-
 	// helm upgrade to another image and helm rollback while pods churn.
 	newPlugin, err := upgradeImage(c)
 	if err != nil {
@@ -165,6 +153,30 @@ func TestHelm(t *testing.T) {
 	if !strings.Contains(hist, "Rollback to 1") {
 		t.Errorf("helm history does not show the rollback:\n%s", hist)
 	}
+
+	// A leak (#12130 chain) reclaimed by the rolled-back release, with an
+	// Event on its pod. (After the rollout: the failing chain's teardowns
+	// stay out of the logs the rollout is judged by.)
+	const leakNS = "e2e-helm-leak"
+	startCrashLoop(t, c, leakNS, "crashloop", 1, nil)
+	waitUntil(t, 3*time.Minute, "an AddressReclaimed Event on the crash-looping pod", func() (bool, string) {
+		for _, e := range reclaimEvents(t, c) {
+			if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Namespace == leakNS && strings.HasPrefix(e.InvolvedObject.Name, "crashloop-") {
+				return true, ""
+			}
+		}
+		return false, "none yet"
+	})
+	healChain()
+	waitPodsRunning(t, c, leakNS, 2) // the bystander and the healed pod: no sandbox left to retry
+	waitUntil(t, 2*time.Minute, "every leak of "+leakNS+" reclaimed", func() (bool, string) {
+		for _, rec := range records(t) {
+			if rec.PodNamespace == leakNS && rec.State == allocator.StatePending && !sandboxListed(c, rec.ContainerID) {
+				return false, "still held: " + rec.IP.String() + " of " + rec.PodName
+			}
+		}
+		return true, ""
+	})
 
 	// helm uninstall: every Kubernetes object of the release goes; the
 	// plugin and its stores stay.
