@@ -87,7 +87,14 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 // every object strictly (as build does for kustomize).
 func helmTemplate(t *testing.T, args ...string) []object {
 	t.Helper()
-	out, err := runHelm(t, append([]string{"template", release, chartDir, "--namespace", namespace}, args...)...)
+	return helmTemplateChart(t, chartDir, args...)
+}
+
+// helmTemplateChart is helmTemplate of another form of the chart (a
+// packaged .tgz).
+func helmTemplateChart(t *testing.T, chart string, args ...string) []object {
+	t.Helper()
+	out, err := runHelm(t, append([]string{"template", release, chart, "--namespace", namespace}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,40 +146,66 @@ var chartCases = []struct {
 func TestChartRendersKustomizeObjects(t *testing.T) {
 	for _, tc := range chartCases {
 		t.Run(tc.kustomize, func(t *testing.T) {
-			want := map[string]object{}
-			for _, o := range build(t, tc.kustomize) {
-				if o.gvk.Kind == "Namespace" {
-					continue
-				}
-				want[objectKey(o)] = o
-			}
-			got := map[string]object{}
-			for _, o := range helmTemplate(t, tc.values...) {
-				k := objectKey(o)
-				if _, dup := got[k]; dup {
-					t.Errorf("chart renders %s twice", k)
-				}
-				got[k] = o
-			}
-			for k, w := range want {
-				g, ok := got[k]
-				if !ok {
-					t.Errorf("kustomize build %s has %s, the chart does not", tc.kustomize, k)
-					continue
-				}
-				var diffs []string
-				diffValues("", w.u.Object, g.u.Object, &diffs)
-				sort.Strings(diffs)
-				for _, d := range diffs {
-					t.Errorf("%s: %s", k, d)
-				}
-			}
-			for k := range got {
-				if _, ok := want[k]; !ok {
-					t.Errorf("the chart renders %s, kustomize build %s does not", k, tc.kustomize)
-				}
-			}
+			compareWithKustomize(t, tc.kustomize, helmTemplate(t, tc.values...))
 		})
+	}
+}
+
+// The packaged chart (helm package, what a chart repository serves) carries
+// the contents of the files its files/ links to: it renders the same
+// objects, alert rules and dashboard included.
+func TestChartPackage(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := runHelm(t, "package", chartDir, "--destination", dir); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	tgz, err := filepath.Glob(filepath.Join(dir, "hostlease-*.tgz"))
+	if err != nil || len(tgz) != 1 {
+		t.Fatalf("helm package wrote %v (%v)", tgz, err)
+	}
+	tc := chartCases[len(chartCases)-1]
+	if tc.kustomize != "overlays/example" {
+		t.Fatalf("the last chart case is %s, want the one with every monitoring object", tc.kustomize)
+	}
+	compareWithKustomize(t, tc.kustomize, helmTemplateChart(t, tgz[0], tc.values...))
+}
+
+// compareWithKustomize checks that objs are exactly the objects of the
+// kustomize build of dir, less its Namespace.
+func compareWithKustomize(t *testing.T, dir string, objs []object) {
+	t.Helper()
+	want := map[string]object{}
+	for _, o := range build(t, dir) {
+		if o.gvk.Kind == "Namespace" {
+			continue
+		}
+		want[objectKey(o)] = o
+	}
+	got := map[string]object{}
+	for _, o := range objs {
+		k := objectKey(o)
+		if _, dup := got[k]; dup {
+			t.Errorf("chart renders %s twice", k)
+		}
+		got[k] = o
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("kustomize build %s has %s, the chart does not", dir, k)
+			continue
+		}
+		var diffs []string
+		diffValues("", w.u.Object, g.u.Object, &diffs)
+		sort.Strings(diffs)
+		for _, d := range diffs {
+			t.Errorf("%s: %s", k, d)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("the chart renders %s, kustomize build %s does not", k, dir)
+		}
 	}
 }
 
