@@ -162,6 +162,7 @@ func TestHelm(t *testing.T) {
 	waitUntil(t, 3*time.Minute, "an AddressReclaimed Event on the crash-looping pod", func() (bool, string) {
 		for _, e := range reclaimEvents(t, c) {
 			if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Namespace == leakNS && strings.HasPrefix(e.InvolvedObject.Name, "crashloop-") {
+				t.Logf("AddressReclaimed on pod %s: %s", e.InvolvedObject.Name, e.Message)
 				return true, ""
 			}
 		}
