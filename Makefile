@@ -11,7 +11,7 @@ export GOFLAGS     ?= -buildvcs=false
 # Packages for unit and integration tests (e2e runs on its own, last).
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /e2e)
 
-.PHONY: all build test unit e2e e2e-setup e2e-k8s k8s-setup bench bench-k8s lint vet fmt clean demo demo-k8s tools
+.PHONY: all build test unit e2e e2e-setup e2e-k8s k8s-setup helm-setup bench bench-k8s lint vet fmt clean demo demo-k8s tools
 
 all: build
 
@@ -60,6 +60,11 @@ e2e-setup:
 # Kubernetes v1.37.2 + etcd for e2e/k8s (cached; ~7 min cold on 2 cores).
 k8s-setup:
 	bash hack/k8s-setup.sh
+
+# Helm v3.22.0 for the chart's tests (deploy/, e2e/k8s), built from the Go
+# module proxy in a throwaway module and cached; the tests run it themselves.
+helm-setup:
+	bash hack/helm-setup.sh
 
 # The real-node suite alone (e2e/k8s: its own caches, bridges, ports and
 # lock). Output to .e2e-k8s.log, the summary to stdout.

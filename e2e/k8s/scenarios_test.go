@@ -223,123 +223,16 @@ func TestUpgradeAndRestart(t *testing.T) {
 		if b.err != nil {
 			t.Fatal(b.err)
 		}
-		installed := filepath.Join(CNIBinDir, "hostlease")
-		oldSum, oldAbout := binaryID(t, mustProjectBin(t, "hostlease"))
-		newSum, newAbout := binaryID(t, b.plugin)
-		if oldSum == newSum || oldAbout == newAbout {
-			t.Fatalf("the upgrade image's plugin is the same binary (%s)", newAbout)
-		}
-		w := watchBinary(installed, map[string]string{oldSum: "old", newSum: "new"}, []string{oldAbout, newAbout})
-		defer w.Stop()
-
-		// swap rolls the DaemonSet with kubectl args and waits until the
-		// installed plugin is want, the daemon runs version, and a pod
-		// started since then runs (its ADD executed the new file). The
-		// descriptor of the file replaced must still read the replaced
-		// binary: install-cni renamed a new file over it.
-		swap := func(want, wantSum, version string, args ...string) {
-			t.Helper()
-			held, err := os.Open(installed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer held.Close()
-			heldSum, err := readerSHA256(held)
-			if err != nil {
-				t.Fatal(err)
-			}
-			oldPod := gcPod(t, c)
-			kubectl(t, c, args...)
-			kubectl(t, c, "-n", SysNamespace, "rollout", "status", "daemonset/"+DaemonSetName, "--timeout=3m")
-			waitUntil(t, time.Minute, "the "+want+" plugin installed", func() (bool, string) {
-				sum, err := fileSHA256(installed)
-				return err == nil && sum == wantSum, w.current()
-			})
-			swapped := time.Now()
-			waitUntil(t, 2*time.Minute, "the daemon "+version+" running", func() (bool, string) {
-				pod, err := c.Kubectl("-n", SysNamespace, "get", "pods", "-l", "app.kubernetes.io/name=hostlease-gc",
-					"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
-				if err != nil || pod == oldPod || len(strings.Fields(pod)) != 1 {
-					return false, pod
-				}
-				log, _ := c.Kubectl("-n", SysNamespace, "logs", pod, "-c", "hostlease-gc")
-				return strings.Contains(log, `msg="hostlease-gc started" version=`+version+" "), firstLines(log, 3)
-			})
-			waitUntil(t, 2*time.Minute, "a pod started with the "+want+" plugin", func() (bool, string) {
-				for _, r := range records(t) {
-					if r.PodNamespace == ns && r.State == allocator.StateCommitted && r.Created.After(swapped) {
-						return true, ""
-					}
-				}
-				return false, "no record created since " + swapped.Format(time.RFC3339)
-			})
-			if _, err := held.Seek(0, 0); err != nil {
-				t.Fatal(err)
-			}
-			if sum, err := readerSHA256(held); err != nil || sum != heldSum {
-				t.Errorf("the replaced plugin file now reads %.12s (%v), was %.12s: install-cni rewrote it in place instead of renaming a new file over it", sum, err, heldSum)
-			}
-		}
-		gcVersion := strings.Fields(oldAbout)[1]
-		swap("new", newSum, UpgradeVersion, "-n", SysNamespace, "set", "image", "daemonset/"+DaemonSetName,
-			"install-cni="+UpgradeImage, "hostlease-gc="+UpgradeImage)
-		swap("old", oldSum, gcVersion, "-n", SysNamespace, "rollout", "undo", "daemonset/"+DaemonSetName)
-
-		looks, execs, seq, violations := w.Stop()
-		t.Logf("installed plugin watched %d times and executed %d times during the upgrade and the rollback: %s", looks, execs, strings.Join(seq, " -> "))
-		for _, v := range violations {
-			t.Errorf("installed plugin: %s", v)
-		}
-		if strings.Join(seq, ",") != "old,new,old" {
-			t.Errorf("installed plugin went %v, want old -> new -> old", seq)
-		}
-		if left, _ := filepath.Glob(filepath.Join(CNIBinDir, ".hostlease.tmp.*")); len(left) > 0 {
-			t.Errorf("install-cni left temp files: %v", left)
-		}
-
-		// Settle: the churn stops at 3 pods; every DEL of a deleted pod ran.
-		if errs := ch.Stop(); len(errs) > 0 {
-			t.Errorf("churn: %s", strings.Join(errs, "; "))
-		}
-		cycles, pods := ch.counts()
-		t.Logf("churn: %d scale cycles, %d pods ran in %v", cycles, pods, time.Since(start).Round(time.Second))
-		settleChurn(t, c, ns, 3)
-		live := map[string]bool{}
-		for _, r := range records(t) {
-			if r.PodNamespace == ns {
-				live[r.ContainerID] = true
-			}
-		}
-		releases := 0
-		for _, ev := range auditLog(t) {
-			if ev.Time.Before(start) || !strings.HasPrefix(ev.Pod, ns+"/") {
-				continue
-			}
-			if ev.Action != "release" || ev.By != "plugin" {
-				t.Errorf("audit: %s of %s (%s) by %s: only the plugin's DEL may release a churning pod's address", ev.Action, ev.IP, ev.Pod, ev.By)
-			}
-			if live[ev.ContainerID] {
-				t.Errorf("audit: %s released %s of a pod that still runs", ev.By, ev.IP)
-			}
-			releases++
-		}
-		t.Logf("%d addresses released by DELs during the churn", releases)
-		if releases == 0 {
-			t.Error("no DEL released an address: the pods did not churn")
-		}
-		out := kubectl(t, c, "-n", ns, "get", "events", "-o", "jsonpath={range .items[*]}{.reason} {.message}{\"\\n\"}{end}")
-		for _, bad := range []string{"FailedKillPod", "FailedCreatePodSandBox"} {
-			if strings.Contains(out, bad) {
-				t.Errorf("Events of the churning pods:\n%s", grepLines(out, bad))
-			}
-		}
-		clog, _ := logSince(containerdLog, containerdOff)
-		klog, _ := logSince(kubeletLog, kubeletOff)
-		for name, log := range map[string]string{"containerd": clog, "kubelet": klog} {
-			if bad := pluginFailures(log); len(bad) > 0 {
-				t.Errorf("%s's log shows %d failed plugin execs or DELs, e.g.:\n%s", name, len(bad), strings.Join(bad[:min(5, len(bad))], "\n"))
-			}
-		}
+		r := watchRollout(t, c, ns, b.plugin, start, containerdOff, kubeletOff)
+		defer r.w.Stop()
+		r.swap(t, "new", UpgradeVersion, func() {
+			kubectl(t, c, "-n", SysNamespace, "set", "image", "daemonset/"+DaemonSetName,
+				"install-cni="+UpgradeImage, "hostlease-gc="+UpgradeImage)
+		})
+		r.swap(t, "old", r.oldVersion, func() {
+			kubectl(t, c, "-n", SysNamespace, "rollout", "undo", "daemonset/"+DaemonSetName)
+		})
+		r.check(t, ch)
 	})
 
 	t.Run("DaemonDeletedMidSweep", func(t *testing.T) {

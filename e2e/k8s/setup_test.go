@@ -161,6 +161,13 @@ func ensureInstalled(t testing.TB, c *Cluster) {
 	if out, err := c.Kubectl("apply", "-k", filepath.Join(root, "e2e", "k8s", "overlay")); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	waitDaemonSetReady(t, c)
+}
+
+// waitDaemonSetReady waits until the DaemonSet's rollout is complete and its
+// pod on the node is Ready.
+func waitDaemonSetReady(t testing.TB, c *Cluster) {
+	t.Helper()
 	if out, err := c.Kubectl("-n", SysNamespace, "rollout", "status", "daemonset/"+DaemonSetName, "--timeout=3m"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

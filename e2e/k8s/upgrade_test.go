@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/e2e/harness"
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // UpgradeVersion is the build version of the binaries in UpgradeImage.
@@ -32,10 +33,21 @@ const (
 	UpgradeImage   = "localhost/hostlease/hostlease:" + UpgradeVersion
 )
 
+var (
+	upgradeMu     sync.Mutex
+	upgradePlugin string // set once UpgradeImage is built and imported
+)
+
 // upgradeImage builds the project's binaries again with another build
 // version (the same sources as bin/, so a different file) and imports them
-// as UpgradeImage. It returns the new plugin's path.
+// as UpgradeImage, once per run of the suite (the node keeps its images).
+// It returns the new plugin's path.
 func upgradeImage(c *Cluster) (string, error) {
+	upgradeMu.Lock()
+	defer upgradeMu.Unlock()
+	if upgradePlugin != "" {
+		return upgradePlugin, nil
+	}
 	root, err := harness.RepoRoot()
 	if err != nil {
 		return "", err
@@ -54,7 +66,11 @@ func upgradeImage(c *Cluster) (string, error) {
 		}
 	}
 	plugin := filepath.Join(dir, "hostlease")
-	return plugin, importImage(c, UpgradeImage, plugin, filepath.Join(dir, "hostlease-gc"))
+	if err := importImage(c, UpgradeImage, plugin, filepath.Join(dir, "hostlease-gc")); err != nil {
+		return "", err
+	}
+	upgradePlugin = plugin
+	return plugin, nil
 }
 
 // binaryID is a plugin binary's content hash and about line.
@@ -458,4 +474,155 @@ func followLog(ctx context.Context, c *Cluster, ns, pod, container string) (<-ch
 		_ = cmd.Wait()
 	}()
 	return lines, nil
+}
+
+// rollout checks a DaemonSet update from the installed image (bin/'s
+// binaries) to another one and back while pods churn in ns, whatever
+// performs it (kubectl set image / rollout undo, helm upgrade / rollback):
+// install-cni replaces the plugin atomically (the watcher only ever finds a
+// complete, executable copy of the old or the new binary, an inode never
+// changes content, the replaced file still reads the old binary behind an
+// open descriptor); containerd and kubelet never fail to exec a plugin, no
+// ADD or DEL fails, every Running pod holds its committed record, the
+// records are exactly the Running pods', and the audit log shows only the
+// DELs' releases.
+type rollout struct {
+	c         *Cluster
+	ns        string
+	installed string
+	w         *binWatcher
+	sums      map[string]string // "old"/"new" -> content hash
+	// oldVersion is the build version of the installed daemon and plugin.
+	oldVersion string
+
+	start                     time.Time
+	containerdOff, kubeletOff int64
+}
+
+// watchRollout starts watching the installed plugin; newPlugin is the other
+// image's plugin, start and the log offsets are when the churn began.
+func watchRollout(t *testing.T, c *Cluster, ns, newPlugin string, start time.Time, containerdOff, kubeletOff int64) *rollout {
+	t.Helper()
+	oldSum, oldAbout := binaryID(t, mustProjectBin(t, "hostlease"))
+	newSum, newAbout := binaryID(t, newPlugin)
+	if oldSum == newSum || oldAbout == newAbout {
+		t.Fatalf("the upgrade image's plugin is the same binary (%s)", newAbout)
+	}
+	installed := filepath.Join(CNIBinDir, "hostlease")
+	return &rollout{c: c, ns: ns, installed: installed,
+		w:    watchBinary(installed, map[string]string{oldSum: "old", newSum: "new"}, []string{oldAbout, newAbout}),
+		sums: map[string]string{"old": oldSum, "new": newSum}, oldVersion: strings.Fields(oldAbout)[1],
+		start: start, containerdOff: containerdOff, kubeletOff: kubeletOff}
+}
+
+// swap runs roll (which updates the DaemonSet) and waits until the
+// installed plugin is want ("old" or "new"), the daemon runs version, and a
+// pod started since then runs (its ADD executed the new file). The
+// descriptor of the file replaced must still read the replaced binary:
+// install-cni renamed a new file over it.
+func (r *rollout) swap(t *testing.T, want, version string, roll func()) {
+	t.Helper()
+	c := r.c
+	held, err := os.Open(r.installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldSum, err := readerSHA256(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPod := gcPod(t, c)
+	roll()
+	kubectl(t, c, "-n", SysNamespace, "rollout", "status", "daemonset/"+DaemonSetName, "--timeout=3m")
+	waitUntil(t, time.Minute, "the "+want+" plugin installed", func() (bool, string) {
+		sum, err := fileSHA256(r.installed)
+		return err == nil && sum == r.sums[want], r.w.current()
+	})
+	swapped := time.Now()
+	waitUntil(t, 2*time.Minute, "the daemon "+version+" running", func() (bool, string) {
+		pod, err := c.Kubectl("-n", SysNamespace, "get", "pods", "-l", "app.kubernetes.io/name=hostlease-gc",
+			"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
+		if err != nil || pod == oldPod || len(strings.Fields(pod)) != 1 {
+			return false, pod
+		}
+		log, _ := c.Kubectl("-n", SysNamespace, "logs", pod, "-c", "hostlease-gc")
+		return strings.Contains(log, `msg="hostlease-gc started" version=`+version+" "), firstLines(log, 3)
+	})
+	waitUntil(t, 2*time.Minute, "a pod started with the "+want+" plugin", func() (bool, string) {
+		for _, rec := range records(t) {
+			if rec.PodNamespace == r.ns && rec.State == allocator.StateCommitted && rec.Created.After(swapped) {
+				return true, ""
+			}
+		}
+		return false, "no record created since " + swapped.Format(time.RFC3339)
+	})
+	if _, err := held.Seek(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if sum, err := readerSHA256(held); err != nil || sum != heldSum {
+		t.Errorf("the replaced plugin file now reads %.12s (%v), was %.12s: install-cni rewrote it in place instead of renaming a new file over it", sum, err, heldSum)
+	}
+}
+
+// check stops the watcher and the churn (which settles at 3 pods) and
+// asserts what the rollout and the rollback must not have broken.
+func (r *rollout) check(t *testing.T, ch *churn) {
+	t.Helper()
+	c, ns := r.c, r.ns
+	looks, execs, seq, violations := r.w.Stop()
+	t.Logf("installed plugin watched %d times and executed %d times during the upgrade and the rollback: %s", looks, execs, strings.Join(seq, " -> "))
+	for _, v := range violations {
+		t.Errorf("installed plugin: %s", v)
+	}
+	if strings.Join(seq, ",") != "old,new,old" {
+		t.Errorf("installed plugin went %v, want old -> new -> old", seq)
+	}
+	if left, _ := filepath.Glob(filepath.Join(CNIBinDir, ".hostlease.tmp.*")); len(left) > 0 {
+		t.Errorf("install-cni left temp files: %v", left)
+	}
+
+	// Settle: the churn stops at 3 pods; every DEL of a deleted pod ran.
+	if errs := ch.Stop(); len(errs) > 0 {
+		t.Errorf("churn: %s", strings.Join(errs, "; "))
+	}
+	cycles, pods := ch.counts()
+	t.Logf("churn: %d scale cycles, %d pods ran in %v", cycles, pods, time.Since(r.start).Round(time.Second))
+	settleChurn(t, c, ns, 3)
+	live := map[string]bool{}
+	for _, rec := range records(t) {
+		if rec.PodNamespace == ns {
+			live[rec.ContainerID] = true
+		}
+	}
+	releases := 0
+	for _, ev := range auditLog(t) {
+		if ev.Time.Before(r.start) || !strings.HasPrefix(ev.Pod, ns+"/") {
+			continue
+		}
+		if ev.Action != "release" || ev.By != "plugin" {
+			t.Errorf("audit: %s of %s (%s) by %s: only the plugin's DEL may release a churning pod's address", ev.Action, ev.IP, ev.Pod, ev.By)
+		}
+		if live[ev.ContainerID] {
+			t.Errorf("audit: %s released %s of a pod that still runs", ev.By, ev.IP)
+		}
+		releases++
+	}
+	t.Logf("%d addresses released by DELs during the churn", releases)
+	if releases == 0 {
+		t.Error("no DEL released an address: the pods did not churn")
+	}
+	out := kubectl(t, c, "-n", ns, "get", "events", "-o", "jsonpath={range .items[*]}{.reason} {.message}{\"\\n\"}{end}")
+	for _, bad := range []string{"FailedKillPod", "FailedCreatePodSandBox"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("Events of the churning pods:\n%s", grepLines(out, bad))
+		}
+	}
+	clog, _ := logSince(filepath.Join(LogDir, "containerd.log"), r.containerdOff)
+	klog, _ := logSince(filepath.Join(LogDir, "kubelet.log"), r.kubeletOff)
+	for name, log := range map[string]string{"containerd": clog, "kubelet": klog} {
+		if bad := pluginFailures(log); len(bad) > 0 {
+			t.Errorf("%s's log shows %d failed plugin execs or DELs, e.g.:\n%s", name, len(bad), strings.Join(bad[:min(5, len(bad))], "\n"))
+		}
+	}
 }

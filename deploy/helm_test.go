@@ -1,0 +1,363 @@
+package deploy_test
+
+// The Helm chart deploy/helm/hostlease, rendered and linted by the real helm
+// (v3, built by hack/helm-setup.sh in a throwaway module): it renders the
+// same objects as the kustomize tree for the same choices, so the two
+// installs cannot drift; its schema refuses a typo; its values reach the
+// daemon's real flags.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/hostlease/hostlease/pkg/gc"
+)
+
+const (
+	chartDir = "helm/hostlease"
+	// release is the release name the tests render with; no object's name
+	// depends on it.
+	release = "hostlease"
+)
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helmBin returns the real helm, built by hack/helm-setup.sh when it is not
+// cached yet (which needs root: without it the test fails and says how to
+// build it, it never skips).
+func helmBin(t *testing.T) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command("bash", "../hack/helm-setup.sh")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			helmErr = fmt.Errorf("hack/helm-setup.sh: %v\n%s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		helmPath = lines[len(lines)-1]
+		if st, err := os.Stat(helmPath); err != nil || st.Mode()&0o111 == 0 {
+			helmErr = fmt.Errorf("hack/helm-setup.sh printed %q, not an executable: %v", helmPath, err)
+		}
+	})
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
+	return helmPath
+}
+
+// runHelm runs helm with args and returns stdout; the error carries stderr.
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// A private home: nothing of the machine's helm configuration is read
+	// or written.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// helmTemplate renders the chart into namespace with extra args and decodes
+// every object strictly (as build does for kustomize).
+func helmTemplate(t *testing.T, args ...string) []object {
+	t.Helper()
+	return helmTemplateChart(t, chartDir, args...)
+}
+
+// helmTemplateChart is helmTemplate of another form of the chart (a
+// packaged .tgz).
+func helmTemplateChart(t *testing.T, chart string, args ...string) []object {
+	t.Helper()
+	out, err := runHelm(t, append([]string{"template", release, chart, "--namespace", namespace}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []object
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(out)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		o, err := decode(doc)
+		if err != nil {
+			t.Fatalf("helm template %v: %v\n%s", args, err, doc)
+		}
+		objs = append(objs, o)
+	}
+	return objs
+}
+
+// chartCases are the kustomize builds the chart must reproduce, with the
+// values that choose the same: deploy/README.md's install table.
+var chartCases = []struct {
+	kustomize string
+	values    []string
+}{
+	{"base", nil},
+	{"overlays/crio", []string{"--set", "criEndpoint=unix:///var/run/crio/crio.sock"}},
+	{"overlays/example", []string{
+		"--set", "image.tag=v0.1.0",
+		"--set", "monitoring.serviceMonitor.enabled=true",
+		"--set", "monitoring.serviceMonitor.labels.release=kube-prometheus-stack",
+		"--set", "monitoring.prometheusRule.enabled=true",
+		"--set", "monitoring.prometheusRule.labels.release=kube-prometheus-stack",
+		"--set", "monitoring.dashboard.enabled=true",
+	}},
+}
+
+// The chart and the kustomize tree are one install: for each shipped
+// kustomization, the chart with the matching values renders exactly its
+// objects (decoded, every field, list order included), except the
+// Namespace, which a Helm release cannot own (its record lives in it): the
+// chart is installed into a namespace made from deploy/base/namespace.yaml.
+func TestChartRendersKustomizeObjects(t *testing.T) {
+	for _, tc := range chartCases {
+		t.Run(tc.kustomize, func(t *testing.T) {
+			compareWithKustomize(t, tc.kustomize, helmTemplate(t, tc.values...))
+		})
+	}
+}
+
+// The packaged chart (helm package, what a chart repository serves) carries
+// the contents of the files its files/ links to: it renders the same
+// objects, alert rules and dashboard included.
+func TestChartPackage(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := runHelm(t, "package", chartDir, "--destination", dir); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	tgz, err := filepath.Glob(filepath.Join(dir, "hostlease-*.tgz"))
+	if err != nil || len(tgz) != 1 {
+		t.Fatalf("helm package wrote %v (%v)", tgz, err)
+	}
+	tc := chartCases[len(chartCases)-1]
+	if tc.kustomize != "overlays/example" {
+		t.Fatalf("the last chart case is %s, want the one with every monitoring object", tc.kustomize)
+	}
+	compareWithKustomize(t, tc.kustomize, helmTemplateChart(t, tgz[0], tc.values...))
+}
+
+// compareWithKustomize checks that objs are exactly the objects of the
+// kustomize build of dir, less its Namespace.
+func compareWithKustomize(t *testing.T, dir string, objs []object) {
+	t.Helper()
+	want := map[string]object{}
+	for _, o := range build(t, dir) {
+		if o.gvk.Kind == "Namespace" {
+			continue
+		}
+		want[objectKey(o)] = o
+	}
+	got := map[string]object{}
+	for _, o := range objs {
+		k := objectKey(o)
+		if _, dup := got[k]; dup {
+			t.Errorf("chart renders %s twice", k)
+		}
+		got[k] = o
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("kustomize build %s has %s, the chart does not", dir, k)
+			continue
+		}
+		var diffs []string
+		diffValues("", w.u.Object, g.u.Object, &diffs)
+		sort.Strings(diffs)
+		for _, d := range diffs {
+			t.Errorf("%s: %s", k, d)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("the chart renders %s, kustomize build %s does not", k, dir)
+		}
+	}
+}
+
+func objectKey(o object) string {
+	return fmt.Sprintf("%s %s/%s", o.gvk.Kind, o.namespace, o.name)
+}
+
+// diffValues lists where a (kustomize) and b (chart) differ, one line each.
+func diffValues(path string, a, b any, out *[]string) {
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if aok && bok {
+		for k, av := range am {
+			diffValues(path+"/"+k, av, bm[k], out)
+		}
+		for k, bv := range bm {
+			if _, ok := am[k]; !ok {
+				*out = append(*out, fmt.Sprintf("%s/%s: only the chart has %v", path, k, bv))
+			}
+		}
+		return
+	}
+	al, aok := a.([]any)
+	bl, bok := b.([]any)
+	if aok && bok && len(al) == len(bl) {
+		for i := range al {
+			diffValues(fmt.Sprintf("%s/%d", path, i), al[i], bl[i], out)
+		}
+		return
+	}
+	if !reflect.DeepEqual(a, b) {
+		*out = append(*out, fmt.Sprintf("%s: kustomize %#v, chart %#v", path, a, b))
+	}
+}
+
+// A value the chart does not know, or one of the wrong shape, is refused
+// when the chart is rendered (so at `helm install` and `helm upgrade`), with
+// the key named: not at runtime by a crash-looping daemon.
+func TestChartSchemaRefusesTypos(t *testing.T) {
+	for _, tc := range []struct{ set, mention string }{
+		{"sweep.intervall=1m", "intervall"},
+		{"imagee.tag=x", "imagee"},
+		{"image.tagg=x", "tagg"},
+		{"monitoring.dashbaord.enabled=true", "dashbaord"},
+		{"monitoring.serviceMonitor.enable=true", "enable"},
+		{"resources.limits.cpus=1", "cpus"},
+		{"tolerations[0].operater=Exists", "operater"},
+		{"sweep.interval=30 seconds", "interval"},
+		{"sweep.misses=0", "misses"},
+		{"sweep.maxReclaimFraction=1.5", "maxReclaimFraction"},
+		{"sweep.dryRun=maybe", "dryRun"},
+		{"criEndpoint=/run/containerd/containerd.sock", "criEndpoint"},
+		{"dataDir=var/lib/cni", "dataDir"},
+		{"metrics.port=97340", "port"},
+		{"image.pullPolicy=IfNotThere", "pullPolicy"},
+		{"logFormat=yaml", "logFormat"},
+		{"extraArgs[0]=dry-run", "extraArgs"},
+	} {
+		_, err := runHelm(t, "template", release, chartDir, "--namespace", namespace, "--set", tc.set)
+		if err == nil {
+			t.Errorf("--set %s: rendered, want the schema to refuse it", tc.set)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.mention) {
+			t.Errorf("--set %s: the error does not name %q: %v", tc.set, tc.mention, err)
+		}
+	}
+}
+
+// Every value of the chart reaches the daemon under a flag name it really
+// has (parsed with its own flag set and Validate), and the paths that must
+// agree do: a netns dir elsewhere (containerd's netns_mounts_under_state_dir)
+// is mounted at the same path and named in --netns-dir, the CRI socket's
+// directory is mounted, the CNI bin dir is install-cni's target.
+func TestChartValuesReachTheDaemon(t *testing.T) {
+	const (
+		netnsDir = "/run/containerd/io.containerd.grpc.v1.cri/netns"
+		dataDir  = "/data/cni/hostlease"
+		cniBin   = "/home/kubernetes/bin"
+		socket   = "/run/k3s/containerd/containerd.sock"
+	)
+	objs := helmTemplate(t,
+		"--set", "netnsDir="+netnsDir, "--set", "dataDir="+dataDir, "--set", "cniBinDir="+cniBin,
+		"--set", "criEndpoint=unix://"+socket,
+		"--set", "sweep.interval=10s", "--set", "sweep.misses=5", "--set", "sweep.grace=1m",
+		"--set", "sweep.minAge=4m30s", "--set", "sweep.netnsGrace=2s", "--set", "sweep.maxReclaimFraction=0.25",
+		"--set", "sweep.dryRun=true", "--set", "logFormat=json",
+		"--set", "metrics.host=fd00::1", "--set", "metrics.port=19734",
+		"--set", "extraArgs[0]=--no-api",
+		"--set", "nodeSelector.kubernetes\\.io/os=linux", "--set", "priorityClassName=",
+	)
+	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", "hostlease-gc")
+	pod := ds.Spec.Template.Spec
+	gcC := container(t, pod.Containers, "hostlease-gc")
+	o := parseRunArgs(t, gcC)
+	want := gc.Options{CRIEndpoint: "unix://" + socket, DataDir: dataDir, Interval: 10 * time.Second, Misses: 5,
+		Grace: time.Minute, MinAge: 4*time.Minute + 30*time.Second, NetnsGrace: 2 * time.Second, MaxReclaimFraction: 0.25,
+		DryRun: true, MetricsAddr: "[fd00::1]:19734", NodeName: "node-a", NoAPI: true, LogFormat: "json",
+		NetnsDir: netnsDir, ProcDir: gc.DefaultProcDir, HTTP: gc.RegisterRunFlags(flag.NewFlagSet("defaults", flag.ContinueOnError)).HTTP}
+	if *o != want {
+		t.Errorf("the daemon would run with\n  %+v\nwant\n  %+v", *o, want)
+	}
+	m, hp := hostMount(t, ds, gcC, netnsDir)
+	if hp.Path != netnsDir || !m.ReadOnly || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
+		t.Errorf("netns dir: host %s at %s readOnly=%v propagation=%v", hp.Path, m.MountPath, m.ReadOnly, m.MountPropagation)
+	}
+	if m, hp := hostMount(t, ds, gcC, dataDir); hp.Path != dataDir || m.ReadOnly {
+		t.Errorf("data dir: host %s at %s readOnly=%v", hp.Path, m.MountPath, m.ReadOnly)
+	}
+	if _, hp := hostMount(t, ds, gcC, filepath.Dir(socket)); hp.Path != filepath.Dir(socket) {
+		t.Errorf("CRI socket dir: host %s", hp.Path)
+	}
+	ic := container(t, pod.InitContainers, "install-cni")
+	if _, hp := hostMount(t, ds, ic, "/host/opt/cni/bin"); hp.Path != cniBin {
+		t.Errorf("install-cni writes into host %s, want %s", hp.Path, cniBin)
+	}
+	if p := gcC.Ports[0].ContainerPort; p != 19734 {
+		t.Errorf("container port %d", p)
+	}
+	svc := find[*corev1.Service](t, objs, "Service", "hostlease-gc-metrics")
+	if p := svc.Spec.Ports[0].Port; p != 19734 {
+		t.Errorf("Service port %d", p)
+	}
+	if pod.NodeSelector["kubernetes.io/os"] != "linux" || pod.PriorityClassName != "" {
+		t.Errorf("nodeSelector %v priorityClassName %q", pod.NodeSelector, pod.PriorityClassName)
+	}
+}
+
+// helm lint (strict: warnings fail) passes with the defaults, with every
+// choice above and with the real-node suite's values.
+func TestChartLint(t *testing.T) {
+	cases := append(chartCases[:len(chartCases):len(chartCases)], struct {
+		kustomize string
+		values    []string
+	}{"e2e/k8s's", []string{"-f", "../e2e/k8s/helm-values.yaml"}})
+	for _, tc := range cases {
+		args := append([]string{"lint", chartDir, "--strict", "--namespace", namespace}, tc.values...)
+		if out, err := runHelm(t, args...); err != nil {
+			t.Errorf("%s values: %v\n%s", tc.kustomize, err, out)
+		}
+	}
+}
+
+// stripComments drops comment lines (a document of comments only is empty).
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
+			out = append(out, l...)
+			out = append(out, '\n')
+		}
+	}
+	return out
+}
