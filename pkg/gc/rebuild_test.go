@@ -99,19 +99,7 @@ func TestRebuildLogicallyDamagedStore(t *testing.T) {
 // released by the next sweep; the others stay.
 func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 	e := newSweepEnv(t)
-	hl := e.s.hostLocalDir(testNet)
-	if err := os.MkdirAll(hl, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// host-local keeps a lock file in its dir on every call; its DEL leaves it.
-	if err := os.WriteFile(hl+"/lock", nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"10.1.0.50", "10.1.0.51"} {
-		if err := os.WriteFile(hl+"/"+f, []byte("ctr-"+f+"\r\neth0"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hl := writeHostLocal(t, e, "10.1.0.50", "10.1.0.51")
 	e.alloc("sb-live", t0.Add(-time.Hour)) // creates the store
 	e.update(func(tx *store.Tx) error {
 		_, err := allocator.ImportHostLocal(tx, hl, testNet, testRanges, t0.Add(-time.Hour))

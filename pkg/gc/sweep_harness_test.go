@@ -340,3 +340,23 @@ func keys(m map[netip.Addr]*allocator.Record) []string {
 	sort.Strings(out)
 	return out
 }
+
+// writeHostLocal writes host-local's state for testNet in e's host-local
+// dir: its lock file (host-local leaves it on every call, DEL included) and
+// one reservation file "ctr-<ip>\r\neth0" per address. It returns the dir.
+func writeHostLocal(t *testing.T, e *sweepEnv, ips ...string) string {
+	t.Helper()
+	hl := e.s.hostLocalDir(testNet)
+	if err := os.MkdirAll(hl, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hl+"/lock", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range ips {
+		if err := os.WriteFile(hl+"/"+ip, []byte("ctr-"+ip+"\r\neth0"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return hl
+}

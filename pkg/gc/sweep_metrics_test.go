@@ -235,18 +235,8 @@ func TestSweepForgetsRemovedNetwork(t *testing.T) {
 // the next sweep reads them from the store.
 func TestSweepGaugesCreditHostLocalReleasesOfTheSweep(t *testing.T) {
 	e := newSweepEnv(t)
-	hl := e.s.hostLocalDir(testNet)
-	if err := os.MkdirAll(hl, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// host-local keeps a lock file in its dir on every call; its DEL leaves it.
-	if err := os.WriteFile(hl+"/lock", nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	hl := writeHostLocal(t, e, "10.1.0.50", "10.1.0.51")
 	for _, f := range []string{"10.1.0.50", "10.1.0.51"} {
-		if err := os.WriteFile(hl+"/"+f, []byte("ctr-"+f+"\r\neth0"), 0o644); err != nil {
-			t.Fatal(err)
-		}
 		e.cri.set("ctr-"+f, SandboxReady, addr(f))
 	}
 	live := e.alloc("sb-live", t0.Add(-time.Hour)) // creates the store
