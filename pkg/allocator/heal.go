@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -142,10 +143,21 @@ func (j *deathJudge) release(tx Store, recs []*Record, exhausted bool, now time.
 		if reason == "" {
 			continue
 		}
-		if err := ReleaseRecord(tx, r, Why{Reason: reason, By: "plugin"}, now); err != nil {
+		if err := tx.DeleteRecord(r); err != nil {
+			return err
+		}
+		ev := auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), Why{Reason: reason, By: "plugin"}, now)
+		ev.PodUID = r.PodUID
+		if err := tx.Audit(ev); err != nil {
 			return err
 		}
 		j.freed++
 	}
 	return nil
+}
+
+// IsPluginRelease reports whether ev is a release the plugin decided under
+// PluginReleases (the entries the daemon reports).
+func IsPluginRelease(ev AuditEvent) bool {
+	return ev.Action == AuditRelease && ev.By == "plugin" && slices.Contains(PluginReasons, ev.Reason)
 }
