@@ -154,7 +154,7 @@ func (s *Sweeper) reportDecisions(ctx context.Context, log *slog.Logger, rep *Sw
 	if r := nr.IndexRepair; r.Changed() {
 		log.Warn("derived indexes disagreed with the records and were rebuilt from them",
 			"records", r.Records, "bitsSet", r.BitsSet, "bitsCleared", r.BitsCleared,
-			"ownerAdded", r.OwnerAdded, "ownerRemoved", r.OwnerRemoved, "countWas", r.CountWas)
+			"ownerAdded", r.OwnerAdded, "ownerRemoved", r.OwnerRemoved, "podAdded", r.PodAdded, "podRemoved", r.PodRemoved, "countWas", r.CountWas)
 	}
 	for _, r := range nr.HostLocalReleased {
 		log.Info("released address imported from host-local: its reservation file was removed (host-local DEL by a runtime with a cached host-local config)",
