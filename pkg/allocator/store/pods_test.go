@@ -1,0 +1,179 @@
+package store
+
+import (
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+	bolt "go.etcd.io/bbolt"
+)
+
+func podRec(ip, id, uid string) *allocator.Record {
+	r := rec(ip, id, "eth0")
+	r.PodUID = uid
+	return r
+}
+
+func byPod(t *testing.T, tx *Tx, uid string) []string {
+	t.Helper()
+	recs, err := tx.ByPodUID(uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ips(recs)
+}
+
+// The pod index finds a pod's records through every write that moves them
+// (put, overwrite with another UID, replace, delete, damaged delete), also
+// when every UID hashes alike; it never lists a record of another UID.
+func TestPodIndex(t *testing.T) {
+	for _, collide := range []bool{false, true} {
+		func() {
+			if collide {
+				defer func(h func(string) uint64) { podHash = h }(podHash)
+				podHash = func(string) uint64 { return 7 }
+			}
+			s := newStore(t)
+			update(t, s, func(tx *Tx) error {
+				for _, r := range []*allocator.Record{podRec("10.0.0.2", "a", "u1"), podRec("10.0.0.3", "b", "u1"), podRec("10.0.0.4", "c", "u2"), rec("10.0.0.5", "d", "eth0"), podRec("fd00::2", "a", "u1")} {
+					if err := tx.Put(r); err != nil {
+						return err
+					}
+				}
+				// The same attachment rewrites its record with another UID.
+				if err := tx.Put(podRec("10.0.0.3", "b", "u3")); err != nil {
+					return err
+				}
+				// The daemon's takeover of 10.0.0.4 for a u1 sandbox.
+				if _, _, err := tx.Replace(podRec("10.0.0.4", "e", "u1")); err != nil {
+					return err
+				}
+				if _, err := tx.Delete(netip.MustParseAddr("10.0.0.2")); err != nil {
+					return err
+				}
+				return nil
+			})
+			view(t, s, func(tx *Tx) error {
+				eq(t, "u1", byPod(t, tx, "u1"), []string{"10.0.0.4", "fd00::2"})
+				eq(t, "u2", byPod(t, tx, "u2"), []string{})
+				eq(t, "u3", byPod(t, tx, "u3"), []string{"10.0.0.3"})
+				eq(t, "no UID", byPod(t, tx, ""), []string{})
+				return nil
+			})
+			consistent(t, s)
+		}()
+	}
+}
+
+// The pod index is derived: a lost or stray entry is found by VerifyIndexes
+// and repaired from the records; a store written without the index (before
+// it existed) gets it, built from the records, at its next read-write open.
+func TestPodIndexRepairAndUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "net1.db")
+	s, err := Open(path, OpenOptions{Create: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update(t, s, func(tx *Tx) error {
+		for _, r := range []*allocator.Record{podRec("10.0.0.2", "a", "u1"), podRec("10.0.0.3", "b", "u1"), podRec("10.0.0.4", "c", "u2")} {
+			if err := tx.Put(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	damage(t, s, func(tx *Tx) error {
+		if err := tx.pods.Delete(append(podPrefix("u1"), addrKey(netip.MustParseAddr("10.0.0.3"))...)); err != nil {
+			return err
+		}
+		return tx.pods.Put(append(podPrefix("u2"), addrKey(netip.MustParseAddr("10.0.0.2"))...), nil)
+	})
+	view(t, s, func(tx *Tx) error {
+		rep := tx.VerifyIndexes()
+		if rep.PodAdded != 1 || rep.PodRemoved != 1 || !rep.Changed() {
+			t.Errorf("VerifyIndexes = %s, want 1 pod entry added, 1 removed", rep)
+		}
+		// A stray entry never lists another UID's record.
+		eq(t, "u2 with a stray entry", byPod(t, tx, "u2"), []string{"10.0.0.4"})
+		return nil
+	})
+	update(t, s, func(tx *Tx) error {
+		_, err := tx.RepairIndexes("test", time.Now())
+		return err
+	})
+	consistent(t, s)
+	view(t, s, func(tx *Tx) error {
+		eq(t, "u1 repaired", byPod(t, tx, "u1"), []string{"10.0.0.2", "10.0.0.3"})
+		return nil
+	})
+	// The bucket gone, as in a store written before the index existed.
+	if err := s.db.Update(func(btx *bolt.Tx) error { return btx.DeleteBucket(bucketPods) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ro, err := Open(path, OpenOptions{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view(t, ro, func(tx *Tx) error {
+		eq(t, "u1 read-only without the index", byPod(t, tx, "u1"), []string{"10.0.0.2", "10.0.0.3"})
+		return nil
+	})
+	ro.Close()
+	s, err = Open(path, OpenOptions{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	consistent(t, s)
+	view(t, s, func(tx *Tx) error {
+		eq(t, "u1 after the upgrade", byPod(t, tx, "u1"), []string{"10.0.0.2", "10.0.0.3"})
+		return nil
+	})
+	if acts := auditActions(t, s); !slices.Contains(acts, allocator.AuditIndexRepair) {
+		t.Errorf("audit %v: the index built at open is not audited", acts)
+	}
+}
+
+// The audit log read from a sequence: only later entries, the pod UID kept
+// (format 3), the log's last sequence; a log whose sequences restarted below
+// the mark (a replaced store) is read whole; the reported mark persists.
+func TestAuditSince(t *testing.T) {
+	s := newStore(t)
+	evs := []allocator.AuditEvent{
+		{Time: time.Unix(1, 0).UTC(), Action: allocator.AuditRelease, Reason: "CNI DEL", ContainerID: "a", By: "plugin"},
+		{Time: time.Unix(2, 0).UTC(), Action: allocator.AuditRelease, Reason: allocator.ReasonPodSandboxReplaced, ContainerID: "b", Pod: "ns/p", PodUID: "u1", By: "plugin"},
+	}
+	update(t, s, func(tx *Tx) error {
+		for _, ev := range evs {
+			if err := tx.Audit(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	view(t, s, func(tx *Tx) error {
+		all, last := tx.AuditSince(0)
+		eq(t, "all", all, evs)
+		eq(t, "last", last, uint64(2))
+		later, last := tx.AuditSince(1)
+		eq(t, "after 1", later, evs[1:])
+		eq(t, "last after 1", last, uint64(2))
+		none, last := tx.AuditSince(2)
+		eq(t, "after 2", len(none), 0)
+		eq(t, "last after 2", last, uint64(2))
+		again, last := tx.AuditSince(99)
+		eq(t, "after a mark above the log (another log)", again, evs)
+		eq(t, "last of another log", last, uint64(2))
+		eq(t, "no mark", tx.AuditReported(), uint64(0))
+		return nil
+	})
+	update(t, s, func(tx *Tx) error { return tx.SetAuditReported(2) })
+	view(t, s, func(tx *Tx) error {
+		eq(t, "mark", tx.AuditReported(), uint64(2))
+		return nil
+	})
+}
