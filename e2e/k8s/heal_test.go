@@ -212,15 +212,14 @@ func TestRetriesHealWithoutDaemon(t *testing.T) {
 		}
 	}
 
-	var table strings.Builder
-	fmt.Fprintf(&table, "| loop (no hostlease-gc) | IPAM | pods | sampled for | failed sandboxes | most addresses held by one pod at a sample | pool usage max (of %d) | exhausted |\n|---|---|---|---|---|---|---|---|\n", stormPoolSize)
+	// The table, one log line a row (make e2e-k8s's summary keeps them).
+	t.Logf("#12130 through kubelet with no hostlease-gc on the node (containerd %s), loops side by side:", c.Art.Version)
+	t.Logf("| loop | IPAM | pods | sampled for | failed sandboxes | most addresses held by one pod at a sample | pool usage max (of %d) | exhausted |", stormPoolSize)
+	t.Logf("|---|---|---|---|---|---|---|---|")
 	for _, l := range loops {
-		fmt.Fprintf(&table, "| %s | %s | %d | %v (%d samples) | %d | %d | %d | %s |\n", l.net, l.ipam, l.pods,
+		t.Logf("| %s | %s | %d | %v (%d samples) | %d | %d | %d | %s |", l.net, l.ipam, l.pods,
 			min(l.window, end.Sub(start)).Round(time.Second), l.samples, l.attempts, l.maxPerPod, l.poolMax, yesNo(len(l.exhausted) > 0))
 	}
-	t.Logf("#12130 through kubelet with no hostlease-gc on the node (containerd %s):\n%s", c.Art.Version, table.String())
-	fmt.Fprint(os.Stderr, table.String())
-
 	for _, l := range loops {
 		if l.attempts < l.pods {
 			t.Errorf("%s: %d failed sandboxes for %d pods: the failing chain did not reproduce #12130", l.net, l.attempts, l.pods)
