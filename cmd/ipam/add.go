@@ -46,6 +46,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		RangeSets: c.RangeSets,
 		Owner:     ownerOf(args),
 		Now:       time.Now(),
+		View:      allocator.OSNetnsView{},
 	}
 	req.Owner.NetnsWitness = netnsWitness(args.Netns)
 	req.Requested = c.IPAM.Requested

@@ -42,11 +42,20 @@ type AllocateRequest struct {
 	// Requested addresses (CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips), in order.
 	Requested []netip.Addr
 	Now       time.Time
+	// View is how the plugin sees the runtime's netns directory: with it,
+	// the ADD frees records whose sandbox is provably torn down
+	// (PluginReleases); nil frees none.
+	View NetnsView
 }
 
 // Allocate reserves one address per range set for req.Owner, exactly as
 // host-local would for the same state: requested addresses first, otherwise
 // round-robin from the range set's last reserved address.
+//
+// Before choosing, it frees the pod's other sandboxes whose netns is torn
+// down (ReasonPodSandboxReplaced); a range set found full is chosen from
+// again after freeing every record whose netns is torn down
+// (ReasonNetnsGoneAtExhaustion). Neither moves a round-robin point.
 //
 // On failure it undoes its reservations the way host-local does (releasing the
 // attachment's addresses) but keeps the moved round-robin points, so later
@@ -67,6 +76,10 @@ func Allocate(tx Store, req AllocateRequest) ([]*Record, *types.Error) {
 			requested = append(requested, ip)
 		}
 	}
+	judge := newDeathJudge(req.View, req.Owner)
+	if err := judge.releaseReplaced(tx, req.Now); err != nil {
+		return nil, ioError(err)
+	}
 	var got []*Record
 	undo := func() {
 		if len(got) > 0 {
@@ -82,7 +95,7 @@ func Allocate(tx Store, req AllocateRequest) ([]*Record, *types.Error) {
 				break
 			}
 		}
-		rec, cerr := allocateOne(tx, req, idx, set, want)
+		rec, cerr := allocateOne(tx, req, judge, idx, set, want)
 		if cerr != nil {
 			undo()
 			cerr.Msg = fmt.Sprintf("failed to allocate for range %d: %s", idx, cerr.Msg)
@@ -102,7 +115,7 @@ func Allocate(tx Store, req AllocateRequest) ([]*Record, *types.Error) {
 	return got, nil
 }
 
-func allocateOne(tx Store, req AllocateRequest, idx int, set StoredRangeSet, want netip.Addr) (*Record, *types.Error) {
+func allocateOne(tx Store, req AllocateRequest, judge *deathJudge, idx int, set StoredRangeSet, want netip.Addr) (*Record, *types.Error) {
 	var ip netip.Addr
 	ri := -1
 	if want.IsValid() {
@@ -132,9 +145,20 @@ func allocateOne(tx Store, req AllocateRequest, idx int, set StoredRangeSet, wan
 			}
 		}
 		last, hasLast := tx.LastReserved(idx)
+		healed := false
 		for repaired := false; ; repaired = true {
 			var ok bool
 			ip, ri, ok = NextFree(set, last, hasLast, tx.Reserved())
+			if !ok && !healed {
+				healed = true
+				n, err := judge.releaseDead(tx, req.Now)
+				if err != nil {
+					return nil, ioError(err)
+				}
+				if n > 0 {
+					ip, ri, ok = NextFree(set, last, hasLast, tx.Reserved())
+				}
+			}
 			if !ok {
 				desc := set.String()
 				if err := tx.RecordExhaustion(idx, desc, req.Now); err != nil {

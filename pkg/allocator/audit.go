@@ -14,7 +14,10 @@ type AuditEvent struct {
 	ContainerID string     `json:"containerID,omitempty"`
 	IfName      string     `json:"ifName,omitempty"`
 	Pod         string     `json:"pod,omitempty"`
-	By          string     `json:"by,omitempty"` // plugin, hostlease-gc, operator
+	// PodUID is the pod's UID, for releases the daemon reports on the pod
+	// (the plugin's: PluginReasons); empty in other entries.
+	PodUID string `json:"podUID,omitempty"`
+	By     string `json:"by,omitempty"` // plugin, hostlease-gc, operator
 }
 
 // Audit actions (AuditEvent.Action): every value the audit log holds.

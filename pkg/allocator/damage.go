@@ -46,18 +46,25 @@ type IndexRepair struct {
 	// OwnerAdded: records missing from the owner index; OwnerRemoved: index
 	// entries that name no record of theirs.
 	OwnerAdded, OwnerRemoved int
+	// PodAdded: records with a pod UID missing from the pod index;
+	// PodRemoved: pod index entries that name no record of that UID.
+	PodAdded, PodRemoved int
 	// CountWas is the records count meta held (-1: absent or damaged).
 	CountWas int
 }
 
 // Changed reports whether any index disagreed with the records.
 func (r IndexRepair) Changed() bool {
-	return r.BitsSet+r.BitsCleared+r.OwnerAdded+r.OwnerRemoved > 0 || r.CountWas != r.Records
+	return r.BitsSet+r.BitsCleared+r.OwnerAdded+r.OwnerRemoved+r.PodAdded+r.PodRemoved > 0 || r.CountWas != r.Records
 }
 
 func (r IndexRepair) String() string {
-	return fmt.Sprintf("%s: %d records; taken bitmap: %d bits set, %d cleared; owner index: %d entries added, %d removed; records count was %d",
-		r.Why, r.Records, r.BitsSet, r.BitsCleared, r.OwnerAdded, r.OwnerRemoved, r.CountWas)
+	s := fmt.Sprintf("%s: %d records; taken bitmap: %d bits set, %d cleared; owner index: %d entries added, %d removed",
+		r.Why, r.Records, r.BitsSet, r.BitsCleared, r.OwnerAdded, r.OwnerRemoved)
+	if r.PodAdded+r.PodRemoved > 0 {
+		s += fmt.Sprintf("; pod index: %d entries added, %d removed", r.PodAdded, r.PodRemoved)
+	}
+	return s + fmt.Sprintf("; records count was %d", r.CountWas)
 }
 
 // ErrAddressHeld is returned by Put for an address whose record belongs to

@@ -119,6 +119,12 @@ func (m *memStore) sorted(fn func(*Record) bool) []*Record {
 func (m *memStore) ByOwner(containerID, ifname string) ([]*Record, error) {
 	return m.sorted(func(r *Record) bool { return r.ContainerID == containerID && r.IfName == ifname }), nil
 }
+func (m *memStore) ByPodUID(uid string) ([]*Record, error) {
+	if uid == "" {
+		return nil, nil
+	}
+	return m.sorted(func(r *Record) bool { return r.PodUID == uid }), nil
+}
 func (m *memStore) HeldBy(containerID, ifname string) ([]*Record, error) {
 	return m.ByOwner(containerID, ifname)
 }

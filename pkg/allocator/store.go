@@ -45,6 +45,10 @@ type Store interface {
 	// that are still held.
 	Lookup(ip netip.Addr) (*Record, *DamagedRecord)
 	ByOwner(containerID, ifname string) ([]*Record, error)
+	// ByPodUID returns the records of a pod UID as the pod index lists them
+	// (each read and its UID compared; an entry the index lacks is not
+	// found).
+	ByPodUID(uid string) ([]*Record, error)
 	HeldBy(containerID, ifname string) ([]*Record, error)
 	ForEach(fn func(*Record) error) error
 	HostLocalRecords() ([]*Record, error)

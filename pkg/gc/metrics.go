@@ -85,6 +85,7 @@ var (
 	descConflicts = desc("address_conflicts_total", "Addresses a READY sandbox uses that the store holds for another READY sandbox: reported, not rewritten.", labelNetwork)
 	descNetnsOK   = desc("netns_dir_verified", "1 if the last sweep verified that --netns-dir is the directory the plugin records netns in (a record's netns directory identity, device and inode, is --netns-dir's), so a netns missing there proves its sandbox dead; 0 if not: no missing netns proves anything (see the daemon's log and hostlease-gc leaks for why).")
 	descNetnsUnv  = desc("netns_unverified_records", "Records of a network that name a netns whose disappearance proves nothing from --netns-dir (no netns directory identity recorded, another directory's, or a netns outside --netns-dir): if they leak, they wait for the rules without proof.", labelNetwork)
+	descPluginRel = desc("plugin_releases_total", "Addresses the plugin released at ADD from sandboxes whose netns the runtime had torn down (proven in the plugin's view), by audit reason (pod_sandbox_replaced: another sandbox of the same pod; netns_gone_at_exhaustion: a full range set), as read from the store's audit log.", labelNetwork, "reason")
 	descIdxRepair = desc("index_repairs_total", "Sweeps that found a store's derived indexes (taken bitmap, owner index, records count) disagreeing with its records and rebuilt them from the records.", labelNetwork)
 )
 
@@ -99,7 +100,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var allDescs = []*prometheus.Desc{descBuildInfo, descPoolSize, descPoolFree, descAllocs, descLeaks, descReclaims, descVetoes,
 	descGuard, descFailures, descLastExh, descSweeps, descLastOK, descCRIUp, descRebuilt, descStoreErrs, descDamaged,
-	descReReserve, descConflicts, descIdxRepair, descNetnsOK, descNetnsUnv}
+	descReReserve, descConflicts, descIdxRepair, descNetnsOK, descNetnsUnv, descPluginRel}
 
 // NewMetrics creates the collector and registers it on reg (a nil reg
 // registers nothing). It panics if the metrics are already registered on reg,
@@ -215,6 +216,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(descRebuilt, c.rebuilt, network)
 		counter(descConflicts, c.conflicts, network)
 		counter(descIdxRepair, c.indexRepairs, network)
+		for r, n := range c.pluginReleases {
+			counter(descPluginRel, n, network, r)
+		}
 		g := ns.gauges
 		if g == nil {
 			continue

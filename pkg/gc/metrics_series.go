@@ -48,6 +48,9 @@ type netCounters struct {
 	rebuilt      float64
 	conflicts    float64
 	indexRepairs float64
+	// pluginReleases counts the plugin's releases of dead sandboxes, by
+	// audit reason (allocator.PluginReasons).
+	pluginReleases map[string]float64
 }
 
 // storeError is one store error a sweep met, by class and errno name.
@@ -60,6 +63,10 @@ func newNetCounters() netCounters {
 	// the first event and "absent" is not confused with "never happened".
 	for _, r := range ReclaimReasons {
 		c.reclaims[r] = 0
+	}
+	c.pluginReleases = map[string]float64{}
+	for _, r := range allocator.PluginReasons {
+		c.pluginReleases[r] = 0
 	}
 	for _, class := range []string{ClassEnvironment, ClassUnreadable, ClassDamagedPage, ClassOther} {
 		c.storeErrors[storeError{class: class}] = 0
@@ -99,6 +106,11 @@ func (c *netCounters) add(nr *NetworkReport) {
 	if nr.IndexRepair.Changed() {
 		c.indexRepairs++
 	}
+	if nr.Snapshot != nil {
+		for _, ev := range nr.Snapshot.PluginReleases {
+			c.pluginReleases[ev.Reason]++
+		}
+	}
 }
 
 // merge adds d's counts to c.
@@ -119,6 +131,9 @@ func (c *netCounters) merge(d *netCounters) {
 	c.rebuilt += d.rebuilt
 	c.conflicts += d.conflicts
 	c.indexRepairs += d.indexRepairs
+	for k, n := range d.pluginReleases {
+		c.pluginReleases[k] += n
+	}
 }
 
 // gaugesOf is a network's state after the sweep that produced nr: the

@@ -42,7 +42,7 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 		st := s.stores[f.Path]
 		nr := &NetworkReport{Network: f.Network, Path: f.Path}
 		rep.Networks = append(rep.Networks, nr)
-		nr.Snapshot, nr.Err = readSnapshot(f.Path, &st.decoded, verify)
+		nr.Snapshot, nr.Err = readSnapshot(f.Path, &st.decoded, verify, st.auditMark)
 		nr.readErr = nr.Err
 		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && store.FilePath(filepath.Dir(f.Path), n.Network) == f.Path {
 			// A name too long for a file name: the file's is shortened.
@@ -52,6 +52,7 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 		st.network = nr.Network
 		switch class := ErrorClass(nr.Err); class {
 		case "":
+			st.auditMark = nr.Snapshot.AuditLast
 			st.committed = 0
 			for _, r := range nr.Snapshot.Records {
 				if r.State == allocator.StateCommitted && !PredatesBoot(r.Created, boot, probe) {

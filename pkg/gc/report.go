@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // This file is the sweep's report stage: it logs what a sweep observed,
@@ -53,9 +54,63 @@ func (s *Sweeper) reportNetnsProof(rep *SweepReport) {
 func (s *Sweeper) report(ctx context.Context, rep *SweepReport, nr *NetworkReport) {
 	log := s.Log.With("network", nr.Network)
 	s.reportStore(log, rep, nr)
+	if nr.Snapshot != nil {
+		s.reportPluginReleases(ctx, log, rep, nr)
+	}
 	if nr.swept() {
 		s.reportDecisions(ctx, log, rep, nr)
 	}
+}
+
+// reportPluginReleases logs, and posts an Event on the pod for, each release
+// of a dead sandbox the plugin made since the last sweep (read from the audit
+// log: the plugin posts nothing), then records in the store the last audit
+// sequence reported so that a restarted daemon reports none twice (not in a
+// dry run, which writes nothing).
+func (s *Sweeper) reportPluginReleases(ctx context.Context, log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
+	evs := nr.Snapshot.PluginReleases
+	if len(evs) == 0 {
+		return
+	}
+	for _, ev := range evs {
+		log.Info("the plugin released an address of a sandbox whose netns the runtime had torn down",
+			"ip", ev.IP, "sandbox", ev.ContainerID, "ifname", ev.IfName, "pod", ev.Pod, "reason", ev.Reason, "at", ev.Time)
+		if rep.DryRun {
+			continue
+		}
+		msg := fmt.Sprintf("hostlease released %s (network %s) of sandbox %s at ADD: its netns was torn down (%s)",
+			ev.IP, nr.Network, short(ev.ContainerID), ev.Reason)
+		r := &allocator.Record{IP: ev.IP, ContainerID: ev.ContainerID, IfName: ev.IfName, PodUID: ev.PodUID}
+		if err := s.Kube.Event(ctx, rep.API, r, "Normal", EventAddressReleasedByPlugin, msg); err != nil {
+			log.Warn("could not post Event", "error", err)
+		}
+	}
+	if rep.DryRun {
+		return
+	}
+	if err := markAuditReported(nr.Path, nr.Snapshot.AuditLast); err != nil {
+		log.Warn("could not record the plugin's releases as reported (a restarted daemon reports them again)", "error", err)
+	}
+}
+
+// EventAddressReleasedByPlugin is the reason of the Event posted on a pod
+// for each address the plugin released from one of its dead sandboxes.
+const EventAddressReleasedByPlugin = "AddressReleasedByPlugin"
+
+// markAuditReported records seq as the store's last reported audit sequence
+// (never moving it back).
+func markAuditReported(path string, seq uint64) error {
+	st, err := store.Open(path, store.OpenOptions{LockTimeout: storeLockTimeout})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return st.Update(func(tx *store.Tx) error {
+		if tx.AuditReported() >= seq {
+			return nil
+		}
+		return tx.SetAuditReported(seq)
+	})
 }
 
 // reportStore logs what was wrong with the store, and what the sweep did

@@ -60,6 +60,11 @@ type Snapshot struct {
 	RangeSets    []allocator.StoredRangeSet
 	Usage        []pool.Usage
 	Exhaustions  map[int]allocator.Exhaustion
+	// PluginReleases are the plugin's releases of dead sandboxes
+	// (allocator.IsPluginRelease) in the audit log after the sequence the
+	// read started from; AuditLast is the log's last sequence.
+	PluginReleases []allocator.AuditEvent
+	AuditLast      uint64
 	// seen[i] is Records[i] with the bytes it was decoded from, so that a
 	// write can tell without decoding that the record is unchanged since.
 	seen []store.Seen
@@ -83,17 +88,19 @@ func (s *Snapshot) Held() int { return len(s.Records) + len(s.Damaged) }
 // ReadSnapshot opens the store briefly, reads everything the daemon needs in one
 // read transaction, and closes it again: plugins never wait on the daemon for
 // longer than that.
-func ReadSnapshot(path string) (*Snapshot, error) { return readSnapshot(path, nil, false) }
+func ReadSnapshot(path string) (*Snapshot, error) { return readSnapshot(path, nil, false, 0) }
 
 // readSnapshot is ReadSnapshot reusing the records cache decoded on earlier
 // sweeps (nil: decode everything). Records are decoded only once the store is
 // closed: a plugin waiting for the store's lock waits for a walk over the
-// records and a copy of those that changed, never for decoding.
-func readSnapshot(path string, cache *store.RecordCache, verify bool) (*Snapshot, error) {
+// records and a copy of those that changed, never for decoding. The audit
+// log is read after auditAfter or the sequence the store records as
+// reported, whichever is later.
+func readSnapshot(path string, cache *store.RecordCache, verify bool, auditAfter uint64) (*Snapshot, error) {
 	if cache == nil {
 		cache = &store.RecordCache{}
 	}
-	snap, scan, err := scanStore(path, cache, verify)
+	snap, scan, err := scanStore(path, cache, verify, auditAfter)
 	if err != nil {
 		return snap, err
 	}
@@ -118,7 +125,7 @@ func readSnapshot(path string, cache *store.RecordCache, verify bool) (*Snapshot
 // counters. The store is closed when it returns. On an error in the
 // transaction the snapshot holds what was read before it (the range sets let
 // a rebuild keep only the network's addresses).
-func scanStore(path string, cache *store.RecordCache, verify bool) (*Snapshot, *store.RecordScan, error) {
+func scanStore(path string, cache *store.RecordCache, verify bool, auditAfter uint64) (*Snapshot, *store.RecordScan, error) {
 	s, err := store.Open(path, store.OpenOptions{LockTimeout: storeLockTimeout, ReadOnly: true})
 	if err != nil {
 		return nil, nil, err
@@ -142,6 +149,13 @@ func scanStore(path string, cache *store.RecordCache, verify bool) (*Snapshot, *
 			snap.RangeSets, snap.RangeSetsErr = nil, err
 		}
 		snap.Usage = pool.Measure(tx, snap.RangeSets)
+		evs, last := tx.AuditSince(max(auditAfter, tx.AuditReported()))
+		for _, ev := range evs {
+			if allocator.IsPluginRelease(ev) {
+				snap.PluginReleases = append(snap.PluginReleases, ev)
+			}
+		}
+		snap.AuditLast = last
 		snap.Exhaustions, err = tx.Exhaustions()
 		return err
 	})

@@ -61,6 +61,10 @@ type storeState struct {
 	// committed is how many committed records written since the boot the
 	// store held when last read.
 	committed int
+	// auditMark is the last audit sequence read (each plugin release is
+	// reported once; the store also keeps the last one reported, for the
+	// daemon's next start).
+	auditMark uint64
 	// dryObs holds, under --dry-run, the observations a real sweep would
 	// have stored, so misses accumulate across sweeps without writing.
 	dryObs map[obsKey]allocator.Observation

@@ -215,7 +215,7 @@ func BenchmarkSweep10kReadLock(b *testing.B) {
 	path := store.FilePath(sb.dir, "bench")
 	cache := &s.stores[path].decoded
 	for b.Loop() {
-		_, scan, err := scanStore(path, cache, false)
+		_, scan, err := scanStore(path, cache, false, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,7 +12,8 @@ import (
 // Records are the truth; everything else in a store is derived from them:
 // the taken bitmap (what ADD reads to choose an address), the owner index
 // (what DEL, CHECK and the commit marker read to find an attachment's
-// records), the imported index and the records count in meta. Every write
+// records), the pod index (what ADD reads to find a pod's other sandboxes;
+// pods.go), the imported index and the records count in meta. Every write
 // keeps them in step, but bit rot, a bad restore or a bug can make one
 // disagree. The rules, and what they cost on the hot path:
 //
@@ -143,6 +144,8 @@ func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 	owners := map[string]bool{}  // owner index keys the records call for
 	var missingBits []netip.Addr // records whose bit is clear
 	var missingOwners [][]byte   // owner index keys to add
+	pods := map[string]bool{}    // pod index keys the records call for
+	var missingPods [][]byte     // pod index keys to add
 	_ = tx.allocs.ForEach(func(k, v []byte) error {
 		rep.Records++
 		ip, ok := keyAddr(k)
@@ -155,6 +158,13 @@ func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 		owner := damagedOwner
 		if r, err := decodeAt(k, v); err == nil {
 			owner = [2]string{r.ContainerID, r.IfName}
+			if r.PodUID != "" {
+				pk := append(podPrefix(r.PodUID), k...)
+				pods[string(pk)] = true
+				if tx.pods == nil || tx.pods.Get(pk) == nil {
+					missingPods = append(missingPods, pk)
+				}
+			}
 		} else if id, ifname := salvageOwner(v); id != "" {
 			owner = [2]string{id, ifname}
 		}
@@ -192,6 +202,16 @@ func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 			return nil
 		})
 	}
+	var strayPods [][]byte
+	if tx.pods != nil {
+		_ = tx.pods.ForEach(func(k, _ []byte) error {
+			if !pods[string(k)] {
+				strayPods = append(strayPods, bytes.Clone(k))
+			}
+			return nil
+		})
+	}
+	rep.PodAdded, rep.PodRemoved = len(missingPods), len(strayPods)
 	rep.BitsSet, rep.BitsCleared = len(missingBits), len(strayBits)
 	rep.OwnerAdded, rep.OwnerRemoved = len(missingOwners), len(strayOwners)
 	if !fix {
@@ -219,6 +239,14 @@ func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 	}
 	for _, k := range strayOwners {
 		write(tx.owners.Delete(k))
+	}
+	if tx.pods != nil {
+		for _, k := range missingPods {
+			write(tx.pods.Put(k, nil))
+		}
+		for _, k := range strayPods {
+			write(tx.pods.Delete(k))
+		}
 	}
 	if rep.CountWas != rep.Records {
 		write(tx.setRecordCount(rep.Records))

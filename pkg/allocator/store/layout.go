@@ -16,6 +16,8 @@ import (
 //	allocs      addrKey(ip) -> Record                  (the source of truth; codec.go)
 //	takenbits   block key -> bitmap of reserved addresses (what the address choice reads; bitmap.go)
 //	ownerhash   ownerPrefix(containerID, ifname) + addrKey -> nil  (index for ADD/DEL/CHECK)
+//	poduid      podPrefix(podUID) + addrKey -> nil for each record with a pod UID
+//	            (index for ADD's release of the pod's dead sandboxes; pods.go)
 //	exhaustion  range set index -> JSON Exhaustion
 //	audit       big-endian sequence -> AuditEvent (bounded to auditLimit; codec.go)
 //	imported    addrKey(ip) -> nil for each record imported from host-local
@@ -32,6 +34,7 @@ var (
 	bucketExhaustion = []byte("exhaustion")
 	bucketAudit      = []byte("audit")
 	bucketImported   = []byte("imported")
+	bucketPods       = []byte("poduid")
 
 	keySchema  = []byte("schema")
 	keyNetwork = []byte("network")
@@ -84,6 +87,21 @@ var ownerHash = func(containerID, ifname string) uint64 {
 	h.Write([]byte(containerID))
 	h.Write([]byte{0})
 	h.Write([]byte(ifname))
+	return h.Sum64()
+}
+
+// podPrefix is the pod index's key prefix for a pod UID: an 8-byte FNV-1a
+// hash of the UID (ByPodUID compares each record's UID, so colliding UIDs
+// are told apart); a key is the prefix followed by addrKey(ip).
+func podPrefix(uid string) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8+17), podHash(uid))
+}
+
+// podHash is FNV-1a (64 bit) of a pod UID. A variable so that tests can make
+// every UID collide.
+var podHash = func(uid string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(uid))
 	return h.Sum64()
 }
 

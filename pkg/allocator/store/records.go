@@ -58,6 +58,9 @@ func (tx *Tx) Put(r *allocator.Record) error {
 			return fmt.Errorf("%w: %s is held by container %s ifname %q, not %s ifname %q",
 				allocator.ErrAddressHeld, r.IP, prev.ContainerID, prev.IfName, r.ContainerID, r.IfName)
 		}
+		if err := tx.dropPodEntry(prev, r.PodUID); err != nil {
+			return err
+		}
 		return tx.putRecord(r, key, false)
 	}
 	return tx.putRecord(r, key, true)
@@ -82,8 +85,16 @@ func (tx *Tx) Replace(r *allocator.Record) (*allocator.Record, *allocator.Damage
 		if err := tx.dropOwnerEntries(key); err != nil {
 			return nil, nil, err
 		}
-	} else if prev.ContainerID != r.ContainerID || prev.IfName != r.IfName {
-		if err := tx.owners.Delete(append(ownerPrefix(prev.ContainerID, prev.IfName), key...)); err != nil {
+		if err := tx.dropPodEntries(key); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		if prev.ContainerID != r.ContainerID || prev.IfName != r.IfName {
+			if err := tx.owners.Delete(append(ownerPrefix(prev.ContainerID, prev.IfName), key...)); err != nil {
+				return nil, nil, err
+			}
+		}
+		if err := tx.dropPodEntry(prev, r.PodUID); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -105,6 +116,9 @@ func (tx *Tx) putRecord(r *allocator.Record, key []byte, isNew bool) error {
 		return err
 	}
 	if err := tx.owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), key...), nil); err != nil {
+		return err
+	}
+	if err := tx.putPodEntry(r, key); err != nil {
 		return err
 	}
 	if r.Source == allocator.SourceHostLocal {
@@ -142,6 +156,9 @@ func (tx *Tx) Delete(ip netip.Addr) (*allocator.Record, error) {
 func (tx *Tx) DeleteDamaged(ip netip.Addr) error {
 	key := addrKey(ip)
 	if err := tx.dropOwnerEntries(key); err != nil {
+		return err
+	}
+	if err := tx.dropPodEntries(key); err != nil {
 		return err
 	}
 	if err := tx.allocs.Delete(key); err != nil {
@@ -182,6 +199,9 @@ func (tx *Tx) dropOwnerEntries(key []byte) error {
 func (tx *Tx) DeleteRecord(r *allocator.Record) error {
 	key := addrKey(r.IP)
 	if err := tx.owners.Delete(append(ownerPrefix(r.ContainerID, r.IfName), key...)); err != nil {
+		return err
+	}
+	if err := tx.dropPodEntry(r, ""); err != nil {
 		return err
 	}
 	if err := tx.allocs.Delete(key); err != nil {

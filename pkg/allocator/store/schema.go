@@ -50,7 +50,12 @@ func (s *Store) init() (err error) {
 // derivedBuckets are the buckets a store of this schema has besides meta and
 // allocs. The indexes among them are derived from the records: initialise
 // rebuilds one that is missing (damage) instead of refusing the store.
-var derivedBuckets = [][]byte{bucketTaken, bucketOwners, bucketExhaustion, bucketAudit, bucketImported}
+//
+// A store written before the pod index existed lacks its bucket: the first
+// read-write open adds it, built from the records (no schema change: older
+// binaries ignore the bucket, and entries they fail to write are found
+// missing by the next repair; a missing entry only forgoes a release).
+var derivedBuckets = [][]byte{bucketTaken, bucketOwners, bucketExhaustion, bucketAudit, bucketImported, bucketPods}
 
 // checkSchema refuses a store whose meta names another schema than
 // SchemaVersion (*SchemaError, ErrSchema: another version's store, not
@@ -116,7 +121,7 @@ func (s *Store) initialise() (err error) {
 				return err
 			}
 		}
-		// The taken bitmap, the owner index and the records count.
+		// The taken bitmap, the owner and pod indexes and the records count.
 		_, err := tx.RepairIndexes("open: a derived index or the records count was missing", time.Now())
 		return err
 	})

@@ -300,6 +300,7 @@ func wrapTx(btx *bolt.Tx) *Tx {
 		exhaustion: btx.Bucket(bucketExhaustion),
 		audit:      btx.Bucket(bucketAudit),
 		imported:   btx.Bucket(bucketImported),
+		pods:       btx.Bucket(bucketPods),
 	}
 	tx.reserved = takenBits{tx.taken}
 	if tx.taken == nil {

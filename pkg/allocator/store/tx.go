@@ -6,13 +6,14 @@ import (
 )
 
 // Tx is one transaction on a store. Every write keeps the derived indexes
-// (takenbits, ownerhash, imported, the records count) in step with allocs: a
+// (takenbits, ownerhash, poduid, imported, the records count) in step with allocs: a
 // record and its index entries are put and deleted together. The indexes are
 // still only derived: where they are used to decide something that matters
 // they are verified against the records (see integrity.go).
 type Tx struct {
 	btx                                                      *bolt.Tx
 	meta, allocs, taken, owners, exhaustion, audit, imported *bolt.Bucket
+	pods                                                     *bolt.Bucket
 	// reserved reads the reserved addresses: the taken bitmap (see wrapTx).
 	reserved reservedIndex
 

@@ -101,8 +101,15 @@ func readRecord(b []byte) (*allocator.Record, error) {
 	return r, nil
 }
 
+// appendAudit encodes an audit event: in binaryFormat, or, when it names a
+// pod UID, in auditPodFormat (binaryFormat's fields, then the UID; binaries
+// that know only binaryFormat show it as a damaged entry).
 func appendAudit(ev *allocator.AuditEvent) []byte {
-	e := newEnc(64 + len(ev.ContainerID) + len(ev.Reason) + len(ev.Pod))
+	format := byte(binaryFormat)
+	if ev.PodUID != "" {
+		format = auditPodFormat
+	}
+	e := newEncFormat(64+len(ev.ContainerID)+len(ev.Reason)+len(ev.Pod)+len(ev.PodUID), format)
 	e.time(ev.Time)
 	e.str(ev.Action)
 	e.str(ev.Reason)
@@ -111,11 +118,17 @@ func appendAudit(ev *allocator.AuditEvent) []byte {
 	e.str(ev.IfName)
 	e.str(ev.Pod)
 	e.str(ev.By)
+	if format == auditPodFormat {
+		e.str(ev.PodUID)
+	}
 	return e.b
 }
 
+// auditPodFormat is an audit event's format when it names a pod UID.
+const auditPodFormat = 3
+
 func readAudit(b []byte) (allocator.AuditEvent, error) {
-	d := newDec(b)
+	d := newDecUpTo(b, auditPodFormat)
 	var ev allocator.AuditEvent
 	ev.Time = d.time()
 	ev.Action = d.str()
@@ -125,6 +138,9 @@ func readAudit(b []byte) (allocator.AuditEvent, error) {
 	ev.IfName = d.str()
 	ev.Pod = d.str()
 	ev.By = d.str()
+	if d.format == auditPodFormat {
+		ev.PodUID = d.str()
+	}
 	return ev, d.done()
 }
 

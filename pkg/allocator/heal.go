@@ -1,0 +1,163 @@
+package allocator
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Audit reasons (AuditEvent.Reason, Action AuditRelease, By "plugin") of the
+// plugin's releases of sandboxes whose netns the runtime has torn down. The
+// daemon reports each once (metric, pod Event; pkg/gc).
+const (
+	// ReasonPodSandboxReplaced: an ADD for a pod found another sandbox of
+	// the same pod UID whose netns is provably gone (a retry, a restart).
+	ReasonPodSandboxReplaced = "pod_sandbox_replaced"
+	// ReasonNetnsGoneAtExhaustion: an ADD found its range set full and freed
+	// a record whose netns is provably gone before choosing again.
+	ReasonNetnsGoneAtExhaustion = "netns_gone_at_exhaustion"
+)
+
+// PluginReasons are the audit reasons of releases the plugin decides.
+var PluginReasons = []string{ReasonPodSandboxReplaced, ReasonNetnsGoneAtExhaustion}
+
+// NetnsView is the plugin's I/O on the runtime's view of the node: a
+// directory's identity (DirIDOf) and an lstat of a netns path (nil: it is
+// there). Neither opens the netns.
+type NetnsView interface {
+	DirID(dir string) (DirID, error)
+	Lstat(path string) error
+}
+
+// OSNetnsView is the NetnsView of the calling process.
+type OSNetnsView struct{}
+
+// DirID is DirIDOf(dir).
+func (OSNetnsView) DirID(dir string) (DirID, error) { return DirIDOf(dir) }
+
+// Lstat is os.Lstat(path)'s error.
+func (OSNetnsView) Lstat(path string) error {
+	_, err := os.Lstat(path)
+	return err
+}
+
+// PluginReleases is the plugin's whole rule for freeing a record it does not
+// own at ADD: the reason to release r, or "" to keep it. add is the ADD's
+// owner; exhausted says the ADD found its range set full; ev is r's netns
+// evidence from the ADD's view (NetnsEvidenceOf, judged in the directory of
+// the ADD's own netns) and netnsErr the lstat of r's netns there.
+//
+// A record is released only when its netns is torn down as the plugin sees
+// it: the evidence is NetnsProvable and the path is absent (ENOENT; any
+// other error is doubt). Then it goes when it is another sandbox of the
+// ADD's own pod (same non-empty pod UID, another container ID), or, on an
+// exhausted range set, whoever held it. The ADD's own container and records
+// imported from host-local are never released here.
+func PluginReleases(r *Record, add Owner, exhausted bool, ev NetnsEvidence, netnsErr error) string {
+	switch {
+	case r.ContainerID == add.ContainerID, r.Source == SourceHostLocal:
+		return ""
+	case ev != NetnsProvable || !errors.Is(netnsErr, fs.ErrNotExist):
+		return ""
+	case add.PodUID != "" && r.PodUID == add.PodUID:
+		return ReasonPodSandboxReplaced
+	case exhausted:
+		return ReasonNetnsGoneAtExhaustion
+	}
+	return ""
+}
+
+// deathJudge applies PluginReleases for one ADD, with its I/O: the ADD's
+// netns directory's identity read once, an lstat only for a record the rule
+// would release if its netns were gone.
+type deathJudge struct {
+	view  NetnsView
+	add   Owner
+	dir   string // the ADD's netns directory; "" judges nothing
+	id    DirID
+	read  bool
+	freed int
+}
+
+func newDeathJudge(view NetnsView, add Owner) *deathJudge {
+	j := &deathJudge{view: view, add: add}
+	if view != nil && NamedNetns(add.Netns) {
+		j.dir = filepath.Dir(filepath.Clean(add.Netns))
+	}
+	return j
+}
+
+// reason is PluginReleases for r (""-keep when the judge has no view).
+func (j *deathJudge) reason(r *Record, exhausted bool) string {
+	if j.dir == "" {
+		return ""
+	}
+	if !j.read {
+		j.id, _ = j.view.DirID(j.dir) // zero on error: NetnsDirUnseen
+		j.read = true
+	}
+	ev := NetnsEvidenceOf(r, j.dir, j.id)
+	if PluginReleases(r, j.add, exhausted, ev, fs.ErrNotExist) == "" {
+		return "" // kept whatever the lstat says: no I/O
+	}
+	return PluginReleases(r, j.add, exhausted, ev, j.view.Lstat(filepath.Clean(r.Netns)))
+}
+
+// releaseReplaced frees the ADD's pod's other sandboxes whose netns is torn
+// down (one pod index seek; ReasonPodSandboxReplaced).
+func (j *deathJudge) releaseReplaced(tx Store, now time.Time) error {
+	if j.dir == "" || j.add.PodUID == "" {
+		return nil
+	}
+	recs, err := tx.ByPodUID(j.add.PodUID)
+	if err != nil {
+		return err
+	}
+	return j.release(tx, recs, false, now)
+}
+
+// releaseDead frees every record of the store whose netns is torn down (an
+// exhausted range set; reads every record) and reports how many it freed.
+func (j *deathJudge) releaseDead(tx Store, now time.Time) (int, error) {
+	if j.dir == "" {
+		return 0, nil
+	}
+	var recs []*Record
+	if err := tx.ForEach(func(r *Record) error {
+		recs = append(recs, r)
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	before := j.freed
+	err := j.release(tx, recs, true, now)
+	return j.freed - before, err
+}
+
+func (j *deathJudge) release(tx Store, recs []*Record, exhausted bool, now time.Time) error {
+	for _, r := range recs {
+		reason := j.reason(r, exhausted)
+		if reason == "" {
+			continue
+		}
+		if err := tx.DeleteRecord(r); err != nil {
+			return err
+		}
+		ev := auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), Why{Reason: reason, By: "plugin"}, now)
+		ev.PodUID = r.PodUID
+		if err := tx.Audit(ev); err != nil {
+			return err
+		}
+		j.freed++
+	}
+	return nil
+}
+
+// IsPluginRelease reports whether ev is a release the plugin decided under
+// PluginReleases (the entries the daemon reports).
+func IsPluginRelease(ev AuditEvent) bool {
+	return ev.Action == AuditRelease && ev.By == "plugin" && slices.Contains(PluginReasons, ev.Reason)
+}

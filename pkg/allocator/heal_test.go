@@ -1,0 +1,226 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// PluginReleases, the plugin's whole rule: a record goes only when its netns
+// is provably torn down in the ADD's view, and then only when it is another
+// sandbox of the ADD's pod, or any sandbox on an exhausted range set.
+func TestPluginReleases(t *testing.T) {
+	add := Owner{ContainerID: "B", IfName: "eth0", PodNamespace: "ns", PodName: "web-0", PodUID: "uid-1"}
+	samePod := &Record{ContainerID: "A", IfName: "eth0", PodNamespace: "ns", PodName: "web-0", PodUID: "uid-1"}
+	sameNameOtherUID := &Record{ContainerID: "A", IfName: "eth0", PodNamespace: "ns", PodName: "web-0", PodUID: "uid-2"}
+	otherPod := &Record{ContainerID: "C", IfName: "eth0", PodNamespace: "ns", PodName: "db-0", PodUID: "uid-3"}
+	noPod := &Record{ContainerID: "D", IfName: "eth0"}
+	own := &Record{ContainerID: "B", IfName: "eth1", PodUID: "uid-1"}
+	imported := &Record{ContainerID: "A", IfName: "eth0", PodUID: "uid-1", Source: SourceHostLocal}
+	gone := fs.ErrNotExist
+	eacces := fs.ErrPermission
+	cases := []struct {
+		name      string
+		r         *Record
+		add       Owner
+		exhausted bool
+		ev        NetnsEvidence
+		err       error
+		want      string
+	}{
+		{"same pod, other sandbox, netns provably gone", samePod, add, false, NetnsProvable, gone, ReasonPodSandboxReplaced},
+		{"same pod on an exhausted set: still the pod's reason", samePod, add, true, NetnsProvable, gone, ReasonPodSandboxReplaced},
+		{"same pod, netns present (a live sandbox)", samePod, add, false, NetnsProvable, nil, ""},
+		{"same pod, lstat doubt (EACCES)", samePod, add, false, NetnsProvable, eacces, ""},
+		{"same pod, no witness", samePod, add, false, NetnsNoWitness, gone, ""},
+		{"same pod, netns never existed at ADD", samePod, add, false, NetnsNeverExisted, gone, ""},
+		{"same pod, /proc or unnamed netns", samePod, add, false, NetnsUnnamed, gone, ""},
+		{"same pod, netns outside the ADD's directory", samePod, add, false, NetnsElsewhere, gone, ""},
+		{"same pod, directory unreadable", samePod, add, false, NetnsDirUnseen, gone, ""},
+		{"same pod, another view's directory", samePod, add, false, NetnsOtherDir, gone, ""},
+		{"same name, another UID (a recreated pod), not exhausted", sameNameOtherUID, add, false, NetnsProvable, gone, ""},
+		{"same name, another UID, exhausted", sameNameOtherUID, add, true, NetnsProvable, gone, ReasonNetnsGoneAtExhaustion},
+		{"another pod, netns gone, not exhausted", otherPod, add, false, NetnsProvable, gone, ""},
+		{"another pod, netns gone, exhausted", otherPod, add, true, NetnsProvable, gone, ReasonNetnsGoneAtExhaustion},
+		{"another pod, netns present, exhausted", otherPod, add, true, NetnsProvable, nil, ""},
+		{"another pod, other view, exhausted", otherPod, add, true, NetnsOtherDir, gone, ""},
+		{"no pod, netns gone, exhausted", noPod, add, true, NetnsProvable, gone, ReasonNetnsGoneAtExhaustion},
+		{"ADD without a pod UID does not match records without one", noPod, Owner{ContainerID: "B"}, false, NetnsProvable, gone, ""},
+		{"the ADD's own container", own, add, true, NetnsProvable, gone, ""},
+		{"an imported host-local record", imported, add, true, NetnsProvable, gone, ""},
+	}
+	for _, tc := range cases {
+		if got := PluginReleases(tc.r, tc.add, tc.exhausted, tc.ev, tc.err); got != tc.want {
+			t.Errorf("%s: PluginReleases = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// fakeView is a NetnsView over a map: directories' identities and the netns
+// paths that exist. It counts lstats.
+type fakeView struct {
+	dirs   map[string]DirID
+	exists map[string]bool
+	lstats int
+}
+
+func (v *fakeView) DirID(dir string) (DirID, error) {
+	if id, ok := v.dirs[dir]; ok {
+		return id, nil
+	}
+	return DirID{}, fs.ErrNotExist
+}
+
+func (v *fakeView) Lstat(path string) error {
+	v.lstats++
+	if v.exists[path] {
+		return nil
+	}
+	return fs.ErrNotExist
+}
+
+var runNetns = DirID{Dev: 25, Ino: 1000}
+
+func podOwner(id, uid, netns string) Owner {
+	return Owner{ContainerID: id, IfName: "eth0", Netns: netns, PodNamespace: "ns", PodName: "p-" + uid, PodUID: uid,
+		NetnsWitness: NetnsWitness{Dir: runNetns, Existed: true}}
+}
+
+// Allocate with a view: a pod's dead sandbox is freed before the choice (the
+// choice is still host-local's next address), a live one never; a full pool
+// frees only provably dead records; without a view nothing is freed.
+func TestAllocateReleasesDeadSandboxes(t *testing.T) {
+	small := set(rng("10.0.0.0/29", "10.0.0.2", "10.0.0.4", "10.0.0.1")) // 3 addresses
+	v := &fakeView{dirs: map[string]DirID{"/run/netns": runNetns}, exists: map[string]bool{}}
+	s := newStore(t)
+	alloc := func(o Owner) (string, error) {
+		t.Helper()
+		var ip string
+		var err error
+		update(t, s, func(tx Store) error {
+			recs, aerr := Allocate(tx, AllocateRequest{Network: "net", RangeSets: []StoredRangeSet{small}, Owner: o, Now: time.Unix(1, 0), View: v})
+			if aerr != nil {
+				err = aerr
+				return nil
+			}
+			ip = recs[0].IP.String()
+			return nil
+		})
+		return ip, err
+	}
+	live := func(path string) { v.exists[path] = true }
+	kill := func(path string) { delete(v.exists, path) }
+
+	// A pod's retry loop holds one address: each sandbox's netns dies
+	// before the next ADD; the choice moves on as host-local's does.
+	for i, want := range []string{"10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.2", "10.0.0.3"} {
+		ns := fmt.Sprintf("/run/netns/a%d", i)
+		if i > 0 {
+			kill(fmt.Sprintf("/run/netns/a%d", i-1))
+		}
+		live(ns)
+		ip, err := alloc(podOwner(fmt.Sprintf("A%d", i), "uid-a", ns))
+		if err != nil || ip != want {
+			t.Fatalf("retry %d: got %s, %v; want %s", i, ip, err, want)
+		}
+		if n := s.count(); n != 1 {
+			t.Fatalf("retry %d: %d records, want 1", i, n)
+		}
+	}
+	last := s.audit[len(s.audit)-1]
+	if last.Reason != ReasonPodSandboxReplaced || last.By != "plugin" || last.ContainerID != "A3" || last.Pod != "ns/p-uid-a" {
+		t.Fatalf("audit = %+v", last)
+	}
+
+	// A live sandbox of the same pod stays.
+	live("/run/netns/b0")
+	if _, err := alloc(podOwner("B0", "uid-a", "/run/netns/b0")); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "records with two live sandboxes of one pod", s.count(), 2)
+
+	// The pool is full (A4, B0, C0 live): a live record of another pod is
+	// never freed; the ADD fails as host-local's does.
+	live("/run/netns/c0")
+	c0, err := alloc(podOwner("C0", "uid-c", "/run/netns/c0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live("/run/netns/d0")
+	if _, err := alloc(podOwner("D0", "uid-d", "/run/netns/d0")); err == nil || s.count() != 3 {
+		t.Fatalf("full pool of live sandboxes: err %v, %d records", err, s.count())
+	}
+	// C0's netns is torn down: the next ADD of another pod frees it.
+	kill("/run/netns/c0")
+	ip, err := alloc(podOwner("D0", "uid-d", "/run/netns/d0"))
+	if err != nil || ip != c0 {
+		t.Fatalf("full pool with a dead record: got %s, %v", ip, err)
+	}
+	if a := s.audit[len(s.audit)-1]; a.Reason != ReasonNetnsGoneAtExhaustion || a.ContainerID != "C0" {
+		t.Fatalf("audit = %+v", a)
+	}
+
+	// Doubtful dead records on a full pool: kept, the ADD fails.
+	doubt := map[string]func(*Record){
+		"no witness":    func(r *Record) { r.NetnsWitness = NetnsWitness{} },
+		"never existed": func(r *Record) { r.NetnsWitness.Existed = false },
+		"/proc path":    func(r *Record) { r.Netns = "/proc/1234/ns/net" },
+		"other view":    func(r *Record) { r.NetnsWitness.Dir = DirID{Dev: 40, Ino: 1000} },
+		"other dir":     func(r *Record) { r.Netns = "/var/run/other/x" },
+		"host-local":    func(r *Record) { r.Source = SourceHostLocal },
+	}
+	for name, spoil := range doubt {
+		ds := newStore(t)
+		for i, ip := range []string{"10.0.0.2", "10.0.0.3", "10.0.0.4"} {
+			r := rec(ip, fmt.Sprintf("X%d", i), "eth0")
+			r.Netns, r.PodUID = fmt.Sprintf("/run/netns/gone%d", i), "uid-x"
+			r.NetnsWitness = NetnsWitness{Dir: runNetns, Existed: true}
+			spoil(r)
+			update(t, ds, func(tx Store) error { return tx.Put(r) })
+		}
+		var aerr error
+		update(t, ds, func(tx Store) error {
+			_, e := Allocate(tx, AllocateRequest{Network: "net", RangeSets: []StoredRangeSet{small}, Owner: podOwner("Y", "uid-x", "/run/netns/y"), Now: time.Unix(2, 0), View: v})
+			if e != nil {
+				aerr = e
+			}
+			return nil
+		})
+		if aerr == nil || ds.count() != 3 {
+			t.Errorf("%s: a full pool of doubtful dead records: err %v, %d records (want exhaustion, 3)", name, aerr, ds.count())
+		}
+	}
+
+	// Without a view (or a named netns for the ADD) nothing is judged.
+	ns := newStore(t)
+	r := rec("10.0.0.2", "A", "eth0")
+	r.Netns, r.PodUID, r.NetnsWitness = "/run/netns/gone", "uid-n", NetnsWitness{Dir: runNetns, Existed: true}
+	update(t, ns, func(tx Store) error { return tx.Put(r) })
+	for _, req := range []AllocateRequest{
+		{Owner: podOwner("B", "uid-n", "/run/netns/b")},
+		{Owner: podOwner("B", "uid-n", "/proc/1/ns/net"), View: v},
+	} {
+		req.Network, req.RangeSets, req.Now = "net", []StoredRangeSet{small}, time.Unix(3, 0)
+		update(t, ns, func(tx Store) error {
+			if _, e := Allocate(tx, req); e != nil {
+				return e
+			}
+			return undoAdd(tx, req.Owner.ContainerID)
+		})
+		if !ns.HasRecord(netip.MustParseAddr("10.0.0.2")) {
+			t.Errorf("view %v, netns %s: the dead record was released", req.View != nil, req.Owner.Netns)
+		}
+	}
+}
+
+// undoAdd releases containerID's eth0 addresses.
+func undoAdd(tx Store, containerID string) error {
+	_, err := Release(tx, containerID, "eth0", Why{By: "test"}, time.Unix(4, 0))
+	if err != nil {
+		return errors.New("release: " + err.Error())
+	}
+	return nil
+}

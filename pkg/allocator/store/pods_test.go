@@ -1,0 +1,139 @@
+package store
+
+import (
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+	bolt "go.etcd.io/bbolt"
+)
+
+func podRec(ip, id, uid string) *allocator.Record {
+	r := rec(ip, id, "eth0")
+	r.PodUID = uid
+	return r
+}
+
+func byPod(t *testing.T, tx *Tx, uid string) []string {
+	t.Helper()
+	recs, err := tx.ByPodUID(uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ips(recs)
+}
+
+// The pod index finds a pod's records through every write that moves them
+// (put, overwrite with another UID, replace, delete, damaged delete), also
+// when every UID hashes alike; it never lists a record of another UID.
+func TestPodIndex(t *testing.T) {
+	for _, collide := range []bool{false, true} {
+		func() {
+			if collide {
+				defer func(h func(string) uint64) { podHash = h }(podHash)
+				podHash = func(string) uint64 { return 7 }
+			}
+			s := newStore(t)
+			update(t, s, func(tx *Tx) error {
+				for _, r := range []*allocator.Record{podRec("10.0.0.2", "a", "u1"), podRec("10.0.0.3", "b", "u1"), podRec("10.0.0.4", "c", "u2"), rec("10.0.0.5", "d", "eth0"), podRec("fd00::2", "a", "u1")} {
+					if err := tx.Put(r); err != nil {
+						return err
+					}
+				}
+				// The same attachment rewrites its record with another UID.
+				if err := tx.Put(podRec("10.0.0.3", "b", "u3")); err != nil {
+					return err
+				}
+				// The daemon's takeover of 10.0.0.4 for a u1 sandbox.
+				if _, _, err := tx.Replace(podRec("10.0.0.4", "e", "u1")); err != nil {
+					return err
+				}
+				if _, err := tx.Delete(netip.MustParseAddr("10.0.0.2")); err != nil {
+					return err
+				}
+				return nil
+			})
+			view(t, s, func(tx *Tx) error {
+				eq(t, "u1", byPod(t, tx, "u1"), []string{"10.0.0.4", "fd00::2"})
+				eq(t, "u2", byPod(t, tx, "u2"), []string{})
+				eq(t, "u3", byPod(t, tx, "u3"), []string{"10.0.0.3"})
+				eq(t, "no UID", byPod(t, tx, ""), []string{})
+				return nil
+			})
+			consistent(t, s)
+		}()
+	}
+}
+
+// The pod index is derived: a lost or stray entry is found by VerifyIndexes
+// and repaired from the records; a store written without the index (before
+// it existed) gets it, built from the records, at its next read-write open.
+func TestPodIndexRepairAndUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "net1.db")
+	s, err := Open(path, OpenOptions{Create: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update(t, s, func(tx *Tx) error {
+		for _, r := range []*allocator.Record{podRec("10.0.0.2", "a", "u1"), podRec("10.0.0.3", "b", "u1"), podRec("10.0.0.4", "c", "u2")} {
+			if err := tx.Put(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	damage(t, s, func(tx *Tx) error {
+		if err := tx.pods.Delete(append(podPrefix("u1"), addrKey(netip.MustParseAddr("10.0.0.3"))...)); err != nil {
+			return err
+		}
+		return tx.pods.Put(append(podPrefix("u2"), addrKey(netip.MustParseAddr("10.0.0.2"))...), nil)
+	})
+	view(t, s, func(tx *Tx) error {
+		rep := tx.VerifyIndexes()
+		if rep.PodAdded != 1 || rep.PodRemoved != 1 || !rep.Changed() {
+			t.Errorf("VerifyIndexes = %s, want 1 pod entry added, 1 removed", rep)
+		}
+		// A stray entry never lists another UID's record.
+		eq(t, "u2 with a stray entry", byPod(t, tx, "u2"), []string{"10.0.0.4"})
+		return nil
+	})
+	update(t, s, func(tx *Tx) error {
+		_, err := tx.RepairIndexes("test", time.Now())
+		return err
+	})
+	consistent(t, s)
+	view(t, s, func(tx *Tx) error {
+		eq(t, "u1 repaired", byPod(t, tx, "u1"), []string{"10.0.0.2", "10.0.0.3"})
+		return nil
+	})
+	// The bucket gone, as in a store written before the index existed.
+	if err := s.db.Update(func(btx *bolt.Tx) error { return btx.DeleteBucket(bucketPods) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ro, err := Open(path, OpenOptions{ReadOnly: true, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view(t, ro, func(tx *Tx) error {
+		eq(t, "u1 read-only without the index", byPod(t, tx, "u1"), []string{"10.0.0.2", "10.0.0.3"})
+		return nil
+	})
+	ro.Close()
+	s, err = Open(path, OpenOptions{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	consistent(t, s)
+	view(t, s, func(tx *Tx) error {
+		eq(t, "u1 after the upgrade", byPod(t, tx, "u1"), []string{"10.0.0.2", "10.0.0.3"})
+		return nil
+	})
+	if acts := auditActions(t, s); !slices.Contains(acts, allocator.AuditIndexRepair) {
+		t.Errorf("audit %v: the index built at open is not audited", acts)
+	}
+}
