@@ -36,7 +36,8 @@ type healLoop struct {
 	perPodMax   map[string]int // pod UID -> most it held at one sample
 	poolMax     int            // most addresses of the /24 held at one sample
 	samples     int
-	attempts    int // sandboxes whose ADD failed (failplugin's log)
+	attempts    int           // sandboxes that got an address, then failed (failplugin's log)
+	fullAfter   time.Duration // first sample with the /24 full, from the start (0: never)
 	exhausted   []string
 	unknownHeld int // host-local files of sandboxes not (yet) in the failplugin's log, at most at one sample
 }
@@ -174,6 +175,9 @@ func TestRetriesHealWithoutDaemon(t *testing.T) {
 			}
 			l.samples++
 			l.poolMax = max(l.poolMax, held)
+			if held >= stormPoolSize && l.fullAfter == 0 {
+				l.fullAfter = time.Since(start)
+			}
 			l.unknownHeld = max(l.unknownHeld, unknown)
 			for uid, n := range perPod {
 				l.perPodMax[uid] = max(l.perPodMax[uid], n)
@@ -214,11 +218,19 @@ func TestRetriesHealWithoutDaemon(t *testing.T) {
 
 	// The table, one log line a row (make e2e-k8s's summary keeps them).
 	t.Logf("#12130 through kubelet with no hostlease-gc on the node (containerd %s), loops side by side:", c.Art.Version)
-	t.Logf("| loop | IPAM | pods | sampled for | failed sandboxes | most addresses held by one pod at a sample | pool usage max (of %d) | exhausted |", stormPoolSize)
+	t.Logf("| loop | IPAM | pods | sampled for | sandboxes that got an address and failed | most addresses held by one pod at a sample | pool usage max (of %d) | exhausted |", stormPoolSize)
 	t.Logf("|---|---|---|---|---|---|---|---|")
 	for _, l := range loops {
+		ex := "no"
+		if len(l.exhausted) > 0 {
+			ex = fmt.Sprintf("yes (%d log lines and Events", len(l.exhausted))
+			if l.fullAfter > 0 {
+				ex += fmt.Sprintf("; full after %v", l.fullAfter.Round(time.Second))
+			}
+			ex += ")"
+		}
 		t.Logf("| %s | %s | %d | %v (%d samples) | %d | %d | %d | %s |", l.net, l.ipam, l.pods,
-			min(l.window, end.Sub(start)).Round(time.Second), l.samples, l.attempts, l.maxPerPod, l.poolMax, yesNo(len(l.exhausted) > 0))
+			min(l.window, end.Sub(start)).Round(time.Second), l.samples, l.attempts, l.maxPerPod, l.poolMax, ex)
 	}
 	for _, l := range loops {
 		if l.attempts < l.pods {
@@ -396,11 +408,4 @@ func daemonRunning(c *Cluster) (string, error) {
 	})
 	sort.Strings(who)
 	return strings.Join(who, ", "), err
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
 }
