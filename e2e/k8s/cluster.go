@@ -9,7 +9,10 @@
 //     (callers hold /work/coord/k8s.lock or run alone); a Root left by a killed
 //     run is torn down by the next Start;
 //   - links: NodeBridge (an empty bridge holding the node IP as a /32) and the
-//     pod bridges named in conflists it wrote; deleted;
+//     pod bridges named in conflists it wrote (CNIConfDir and every
+//     RuntimeConfDir); deleted;
+//   - containerd's config has RuntimeHandlers besides its default runtime,
+//     each with a CNI conf dir of its own under Root;
 //   - processes: etcd, the control plane, containerd and kubelet are its
 //     children, killed by PID; shims and containers by their socket / runc root;
 //   - containerd and kubelet run in one private mount namespace (held by a
