@@ -23,25 +23,29 @@ var leakStoryMetrics = []string{"hostlease_reclaims_total", "hostlease_pool_free
 
 // leakStory is what one run of the #12130 story measured.
 type leakStory struct {
-	IPAM          string
-	Attempts      int      // failed RunPodSandbox calls
-	Leaked        []string // addresses held after the attempts, with no sandbox in CRI
-	Listed        int      // sandboxes CRI lists after the attempts (and kubelet's cleanup) besides the running pod
-	KeptListed    int      // attempts whose failed sandbox CRI kept listed until kubelet removed it
-	Version       harness.Version
-	Reclaimed     int // addresses given back by the end
-	Reasons       map[string]int
-	TimeToReclaim time.Duration // hostlease: daemon start -> last reclaim (audit log), measured
-	Watched       time.Duration // how long the leaks were watched
-	PoolSize      float64
-	FreeBefore    float64 // with one healthy pod running, before the chain broke
-	FreeLeaked    float64 // after the failed attempts
-	FreeAfter     float64 // at the end
-	MetricsBefore []string
-	MetricsAfter  []string
-	NewPodIP      string // a pod started after the chain was healed
-	EnvDir        string // the env's temp dir and bridge, to check the cleanup
-	Bridge        string
+	IPAM     string
+	Attempts int      // failed RunPodSandbox calls
+	Leaked   []string // addresses held after the attempts, with no sandbox in CRI
+	// PluginReleased: addresses of earlier attempts the plugin released at
+	// the next attempt's ADD (audit reason pod_sandbox_replaced), before
+	// any daemon ran.
+	PluginReleased int
+	Listed         int // sandboxes CRI lists after the attempts (and kubelet's cleanup) besides the running pod
+	KeptListed     int // attempts whose failed sandbox CRI kept listed until kubelet removed it
+	Version        harness.Version
+	Reclaimed      int // addresses given back by the end
+	Reasons        map[string]int
+	TimeToReclaim  time.Duration // hostlease: daemon start -> last reclaim (audit log), measured
+	Watched        time.Duration // how long the leaks were watched
+	PoolSize       float64
+	FreeBefore     float64 // with one healthy pod running, before the chain broke
+	FreeLeaked     float64 // after the failed attempts
+	FreeAfter      float64 // at the end
+	MetricsBefore  []string
+	MetricsAfter   []string
+	NewPodIP       string // a pod started after the chain was healed
+	EnvDir         string // the env's temp dir and bridge, to check the cleanup
+	Bridge         string
 }
 
 // runLeakStory reproduces containerd #12130 with the given ipam ("host-local"
@@ -133,6 +137,15 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 		return s
 	}
 
+	// Each attempt's ADD released the previous attempt's address: containerd
+	// had torn its netns down (the plugin's own proof; no daemon runs yet).
+	for _, ev := range n.audit(t) {
+		if allocator.IsPluginRelease(ev) && ev.Reason == allocator.ReasonPodSandboxReplaced && ev.PodUID == pod.UID {
+			s.PluginReleased++
+		}
+	}
+	say("the plugin released %d earlier attempts' addresses at the next attempt's ADD (audit: %s)", s.PluginReleased, allocator.ReasonPodSandboxReplaced)
+
 	// The leaked records are pending (the chain never completed), name the
 	// pod from the CRI metadata, and their sandboxes are gone from CRI.
 	var leakedRecs []*allocator.Record
@@ -213,11 +226,12 @@ func runLeakStory(t *testing.T, ipam, subnet string, attempts int, say func(stri
 	return s
 }
 
-// TestScenario2LeakReclaimed: containerd #12130 with hostlease leaks one
-// address per kubelet retry, exactly as host-local does; hostlease-gc
-// reclaims every one of them within its configured misses and grace, the
-// pool returns to its starting size and the metrics show it. The same run
-// with host-local keeps the leaked files forever.
+// TestScenario2LeakReclaimed: containerd #12130 leaks one address per
+// kubelet retry with host-local, which keeps the leaked files forever. With
+// hostlease the pod holds at most one: each retry's ADD releases the previous
+// attempt's address (containerd tore its netns down: the plugin's proof),
+// and hostlease-gc reclaims the last one within its configured misses and
+// grace; the pool returns to its starting size and the metrics show it.
 func TestScenario2LeakReclaimed(t *testing.T) {
 	const attempts = 4
 	var hl, hs *leakStory
@@ -245,18 +259,21 @@ func TestScenario2LeakReclaimed(t *testing.T) {
 	t.Run("hostlease", func(t *testing.T) {
 		hs = runLeakStory(t, "hostlease", "10.99.12.0/24", attempts, t.Logf)
 		checkKept(t, hs)
-		if len(hs.Leaked) != attempts || hs.Listed != 0 {
-			t.Errorf("hostlease: %d addresses leaked with %d sandboxes listed; want %d (the leak is the runtime's, the plugin cannot prevent it)", len(hs.Leaked), hs.Listed, attempts)
+		// The runtime's leak is healed at the source: one address held for
+		// the pod, the earlier ones released by the plugin.
+		if len(hs.Leaked) != 1 || hs.Listed != 0 || hs.PluginReleased != attempts-1 {
+			t.Errorf("hostlease: %d addresses leaked with %d sandboxes listed, %d released by the plugin; want 1 leak (the last attempt's), %d released by the plugin",
+				len(hs.Leaked), hs.Listed, hs.PluginReleased, attempts-1)
 		}
-		if hs.Reclaimed != attempts {
-			t.Errorf("the audit log holds %d reclaims, want %d", hs.Reclaimed, attempts)
+		if hs.Reclaimed != 1 {
+			t.Errorf("the audit log holds %d reclaims, want 1 (the last attempt's)", hs.Reclaimed)
 		}
-		if hs.FreeAfter != hs.FreeBefore || hs.FreeLeaked != hs.FreeBefore-attempts {
-			t.Errorf("pool free before %.0f, leaked %.0f, after %.0f; want back to the start", hs.FreeBefore, hs.FreeLeaked, hs.FreeAfter)
+		if hs.FreeAfter != hs.FreeBefore || hs.FreeLeaked != hs.FreeBefore-1 {
+			t.Errorf("pool free before %.0f, leaked %.0f, after %.0f; want one held, then back to the start", hs.FreeBefore, hs.FreeLeaked, hs.FreeAfter)
 		}
-		// The failed sandboxes' netns were removed by containerd: the daemon
+		// The failed sandbox's netns was removed by containerd: the daemon
 		// can prove the teardown and need not wait for --min-age.
-		if hs.Reasons["netns_gone"] != attempts {
+		if hs.Reasons["netns_gone"] != 1 {
 			t.Errorf("reclaim reasons %v; want all netns_gone (containerd removed the netns)", hs.Reasons)
 		}
 		t.Logf("metrics before the reclaim:\n      %s\nafter:\n      %s", strings.Join(hs.MetricsBefore, "\n      "), strings.Join(hs.MetricsAfter, "\n      "))
@@ -290,6 +307,7 @@ func leakTable(hl, hs *leakStory) string {
 		{"failed RunPodSandbox (kubelet retries)", fmt.Sprint(hl.Attempts), fmt.Sprint(hs.Attempts)},
 		{"failed sandboxes kept listed until removed", fmt.Sprint(hl.KeptListed), fmt.Sprint(hs.KeptListed)},
 		{"sandboxes CRI lists afterwards", fmt.Sprint(hl.Listed), fmt.Sprint(hs.Listed)},
+		{"addresses released by the plugin at the next attempt", "-", fmt.Sprint(hs.PluginReleased)},
 		{"addresses leaked", fmt.Sprint(len(hl.Leaked)), fmt.Sprint(len(hs.Leaked))},
 		{"addresses reclaimed", fmt.Sprint(hl.Reclaimed), fmt.Sprint(hs.Reclaimed)},
 		{"reclaim reason", "-", reasons(hs)},

@@ -56,7 +56,7 @@ func TestJSONRowNamesArePinned(t *testing.T) {
 		{"leaks", reflect.TypeFor[gc.LeakRow](),
 			"network ip pod,omitempty sandbox state age verdict reason detail"},
 		{"audit", reflect.TypeFor[gc.AuditRow](),
-			"network time action reason,omitempty ip,omitzero containerID,omitempty ifName,omitempty pod,omitempty by,omitempty"},
+			"network time action reason,omitempty ip,omitzero containerID,omitempty ifName,omitempty pod,omitempty podUID,omitempty by,omitempty"},
 		{"list (damaged record)", reflect.TypeFor[gc.DamagedRow](),
 			"ip network state error containerID,omitempty ifName,omitempty"},
 		{"list (record)", reflect.TypeFor[allocator.Record](),

@@ -80,6 +80,9 @@ type deathJudge struct {
 	id    DirID
 	read  bool
 	freed int
+	// scanned: releaseDead ran (once per ADD: a second full range set
+	// finds nothing more to free).
+	scanned bool
 }
 
 func newDeathJudge(view NetnsView, add Owner) *deathJudge {
@@ -122,9 +125,10 @@ func (j *deathJudge) releaseReplaced(tx Store, now time.Time) error {
 // releaseDead frees every record of the store whose netns is torn down (an
 // exhausted range set; reads every record) and reports how many it freed.
 func (j *deathJudge) releaseDead(tx Store, now time.Time) (int, error) {
-	if j.dir == "" {
+	if j.dir == "" || j.scanned {
 		return 0, nil
 	}
+	j.scanned = true
 	var recs []*Record
 	if err := tx.ForEach(func(r *Record) error {
 		recs = append(recs, r)

@@ -86,7 +86,7 @@ var (
 	descNetnsOK   = desc("netns_dir_verified", "1 if the last sweep verified that --netns-dir is the directory the plugin records netns in (a record's netns directory identity, device and inode, is --netns-dir's), so a netns missing there proves its sandbox dead; 0 if not: no missing netns proves anything (see the daemon's log and hostlease-gc leaks for why).")
 	descNetnsUnv  = desc("netns_unverified_records", "Records of a network that name a netns whose disappearance proves nothing from --netns-dir (no netns directory identity recorded, another directory's, or a netns outside --netns-dir): if they leak, they wait for the rules without proof.", labelNetwork)
 	descPluginRel = desc("plugin_releases_total", "Addresses the plugin released at ADD from sandboxes whose netns the runtime had torn down (proven in the plugin's view), by audit reason (pod_sandbox_replaced: another sandbox of the same pod; netns_gone_at_exhaustion: a full range set), as read from the store's audit log.", labelNetwork, "reason")
-	descIdxRepair = desc("index_repairs_total", "Sweeps that found a store's derived indexes (taken bitmap, owner index, records count) disagreeing with its records and rebuilt them from the records.", labelNetwork)
+	descIdxRepair = desc("index_repairs_total", "Sweeps that found a store's derived indexes (taken bitmap, owner index, pod UID index, records count) disagreeing with its records and rebuilt them from the records.", labelNetwork)
 )
 
 const (

@@ -54,7 +54,7 @@ func (s *Sweeper) reportNetnsProof(rep *SweepReport) {
 func (s *Sweeper) report(ctx context.Context, rep *SweepReport, nr *NetworkReport) {
 	log := s.Log.With("network", nr.Network)
 	s.reportStore(log, rep, nr)
-	if nr.Snapshot != nil {
+	if nr.Snapshot != nil && nr.readErr == nil && !rep.DryRun {
 		s.reportPluginReleases(ctx, log, rep, nr)
 	}
 	if nr.swept() {
@@ -65,8 +65,8 @@ func (s *Sweeper) report(ctx context.Context, rep *SweepReport, nr *NetworkRepor
 // reportPluginReleases logs, and posts an Event on the pod for, each release
 // of a dead sandbox the plugin made since the last sweep (read from the audit
 // log: the plugin posts nothing), then records in the store the last audit
-// sequence reported so that a restarted daemon reports none twice (not in a
-// dry run, which writes nothing).
+// sequence reported so that a restarted daemon reports none twice. Not in a
+// dry run (`leaks`), which writes nothing: the metric still counts them.
 func (s *Sweeper) reportPluginReleases(ctx context.Context, log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
 	evs := nr.Snapshot.PluginReleases
 	if len(evs) == 0 {
@@ -75,18 +75,12 @@ func (s *Sweeper) reportPluginReleases(ctx context.Context, log *slog.Logger, re
 	for _, ev := range evs {
 		log.Info("the plugin released an address of a sandbox whose netns the runtime had torn down",
 			"ip", ev.IP, "sandbox", ev.ContainerID, "ifname", ev.IfName, "pod", ev.Pod, "reason", ev.Reason, "at", ev.Time)
-		if rep.DryRun {
-			continue
-		}
 		msg := fmt.Sprintf("hostlease released %s (network %s) of sandbox %s at ADD: its netns was torn down (%s)",
 			ev.IP, nr.Network, short(ev.ContainerID), ev.Reason)
 		r := &allocator.Record{IP: ev.IP, ContainerID: ev.ContainerID, IfName: ev.IfName, PodUID: ev.PodUID}
 		if err := s.Kube.Event(ctx, rep.API, r, "Normal", EventAddressReleasedByPlugin, msg); err != nil {
 			log.Warn("could not post Event", "error", err)
 		}
-	}
-	if rep.DryRun {
-		return
 	}
 	if err := markAuditReported(nr.Path, nr.Snapshot.AuditLast); err != nil {
 		log.Warn("could not record the plugin's releases as reported (a restarted daemon reports them again)", "error", err)
@@ -98,19 +92,15 @@ func (s *Sweeper) reportPluginReleases(ctx context.Context, log *slog.Logger, re
 const EventAddressReleasedByPlugin = "AddressReleasedByPlugin"
 
 // markAuditReported records seq as the store's last reported audit sequence
-// (never moving it back).
+// (a log whose sequences restarted below it is read whole again:
+// Tx.AuditSince).
 func markAuditReported(path string, seq uint64) error {
 	st, err := store.Open(path, store.OpenOptions{LockTimeout: storeLockTimeout})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	return st.Update(func(tx *store.Tx) error {
-		if tx.AuditReported() >= seq {
-			return nil
-		}
-		return tx.SetAuditReported(seq)
-	})
+	return st.Update(func(tx *store.Tx) error { return tx.SetAuditReported(seq) })
 }
 
 // reportStore logs what was wrong with the store, and what the sweep did
@@ -164,7 +154,7 @@ func (s *Sweeper) reportDecisions(ctx context.Context, log *slog.Logger, rep *Sw
 	if r := nr.IndexRepair; r.Changed() {
 		log.Warn("derived indexes disagreed with the records and were rebuilt from them",
 			"records", r.Records, "bitsSet", r.BitsSet, "bitsCleared", r.BitsCleared,
-			"ownerAdded", r.OwnerAdded, "ownerRemoved", r.OwnerRemoved, "countWas", r.CountWas)
+			"ownerAdded", r.OwnerAdded, "ownerRemoved", r.OwnerRemoved, "podAdded", r.PodAdded, "podRemoved", r.PodRemoved, "countWas", r.CountWas)
 	}
 	for _, r := range nr.HostLocalReleased {
 		log.Info("released address imported from host-local: its reservation file was removed (host-local DEL by a runtime with a cached host-local config)",

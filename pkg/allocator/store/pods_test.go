@@ -137,3 +137,43 @@ func TestPodIndexRepairAndUpgrade(t *testing.T) {
 		t.Errorf("audit %v: the index built at open is not audited", acts)
 	}
 }
+
+// The audit log read from a sequence: only later entries, the pod UID kept
+// (format 3), the log's last sequence; a log whose sequences restarted below
+// the mark (a replaced store) is read whole; the reported mark persists.
+func TestAuditSince(t *testing.T) {
+	s := newStore(t)
+	evs := []allocator.AuditEvent{
+		{Time: time.Unix(1, 0).UTC(), Action: allocator.AuditRelease, Reason: "CNI DEL", ContainerID: "a", By: "plugin"},
+		{Time: time.Unix(2, 0).UTC(), Action: allocator.AuditRelease, Reason: allocator.ReasonPodSandboxReplaced, ContainerID: "b", Pod: "ns/p", PodUID: "u1", By: "plugin"},
+	}
+	update(t, s, func(tx *Tx) error {
+		for _, ev := range evs {
+			if err := tx.Audit(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	view(t, s, func(tx *Tx) error {
+		all, last := tx.AuditSince(0)
+		eq(t, "all", all, evs)
+		eq(t, "last", last, uint64(2))
+		later, last := tx.AuditSince(1)
+		eq(t, "after 1", later, evs[1:])
+		eq(t, "last after 1", last, uint64(2))
+		none, last := tx.AuditSince(2)
+		eq(t, "after 2", len(none), 0)
+		eq(t, "last after 2", last, uint64(2))
+		again, last := tx.AuditSince(99)
+		eq(t, "after a mark above the log (another log)", again, evs)
+		eq(t, "last of another log", last, uint64(2))
+		eq(t, "no mark", tx.AuditReported(), uint64(0))
+		return nil
+	})
+	update(t, s, func(tx *Tx) error { return tx.SetAuditReported(2) })
+	view(t, s, func(tx *Tx) error {
+		eq(t, "mark", tx.AuditReported(), uint64(2))
+		return nil
+	})
+}

@@ -22,13 +22,14 @@ var errNotSameAllocation = errors.New("rewrite of another allocation")
 
 // PrepareRewrite encodes next as the new value of the record s saw. next must
 // be the same allocation (allocator.SameAllocation) from the same source (the
-// imported index follows it), with only fields the indexes do not depend on
+// imported index follows it) and pod UID (the pod index follows it), with
+// only fields the indexes do not depend on
 // changed, such as the daemon's observation or
 // the commit state; anything else is refused. next must not be modified
 // afterwards: once stored, it may become the cache's record for val (see
 // RecordCache.Stored).
 func PrepareRewrite(s Seen, next *allocator.Record) (Rewrite, error) {
-	if s.Rec == nil || s.raw == nil || !allocator.SameAllocation(s.Rec, next) || next.Source != s.Rec.Source {
+	if s.Rec == nil || s.raw == nil || !allocator.SameAllocation(s.Rec, next) || next.Source != s.Rec.Source || next.PodUID != s.Rec.PodUID {
 		return Rewrite{}, errNotSameAllocation
 	}
 	val, err := encodeRecord(next)

@@ -116,6 +116,7 @@ func TestPrepareRewriteRefusesAnotherAllocation(t *testing.T) {
 		"container":     func(r *allocator.Record) { r.ContainerID = "other" },
 		"interface":     func(r *allocator.Record) { r.IfName = "net1" },
 		"creation time": func(r *allocator.Record) { r.Created = r.Created.Add(time.Nanosecond) },
+		"pod UID":       func(r *allocator.Record) { r.PodUID = r.PodUID + "-other" },
 	} {
 		next := *seen[0].Rec
 		mod(&next)
