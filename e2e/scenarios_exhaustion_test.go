@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,9 +10,12 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/e2e/harness"
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
-// TestScenario6Exhaustion: a 3-address pool filled by #12130 leaks.
+// TestScenario6Exhaustion: a 3-address pool filled by #12130 leaks of three
+// pods (one failed attempt each: no pod retries, so the plugin's per-pod
+// release does not apply).
 //   - containerd 2.x runs CNI STATUS only inside the CRI Status call (no
 //     polling of its own; kubelet calls Status every 5s), so NetworkReady
 //     follows the pool at the very next Status call: false while exhausted
@@ -20,13 +24,11 @@ import (
 //   - hostlease-gc runs with --interval 1h and without a view of the pods'
 //     netns (no proof of teardown), so after its start sweep the leaks wait
 //     for a second sweep (--misses 2);
-//   - the next RunPodSandbox fails with hostlease's exhaustion error, which
-//     touches <dataDir>/.kick; hostlease-gc sweeps at once, reclaims the
-//     leaks, and a kubelet-style retry succeeds. Asserted as an order of
-//     events: one sweep and nothing reclaimed before the kick, the reclaims
-//     after it, two sweeps in all;
-//   - hostlease_allocation_failures_total{reason="exhausted"} and
-//     hostlease_pool_free_addresses show it.
+//   - the next pod's RunPodSandbox finds the pool full, and the plugin first
+//     frees every leak whose netns containerd tore down (its own proof,
+//     audit netns_gone_at_exhaustion), then succeeds: no exhaustion error, no
+//     kick, no daemon needed (the kick path is test/gcintegration's);
+//   - NetworkReady is true again at the next Status call.
 func TestScenario6Exhaustion(t *testing.T) {
 	env := setupHostlease(t)
 	n := newNet(t, env, netOpts{Subnet: "10.99.17.0/29", RangeStart: "10.99.17.2", RangeEnd: "10.99.17.4", FailPlugin: true, Marker: true,
@@ -36,10 +38,9 @@ func TestScenario6Exhaustion(t *testing.T) {
 	f := facts(env)
 	// 2. Fill the pool with leaks.
 	n.breakChain(t)
-	pod := harness.Pod{Name: "full-0", Namespace: "scenario6", UID: podUID("full-0")}
 	for i := 0; i < 3; i++ {
-		pod.Attempt = uint32(i)
-		n.failPod(t, pod, "failplugin: ADD failing on purpose")
+		name := fmt.Sprintf("full-%d", i)
+		n.failPod(t, harness.Pod{Name: name, Namespace: "scenario6", UID: podUID(name)}, "failplugin: ADD failing on purpose")
 	}
 	filled := time.Now()
 	if p := n.pool(t); p.Size != 3 || p.Free != 0 || p.Pending != 3 {
@@ -100,62 +101,38 @@ func TestScenario6Exhaustion(t *testing.T) {
 	}
 	t.Logf("hostlease-gc --interval 1h: the start sweep saw 3 leak candidates (1 miss each) and reclaimed nothing")
 
-	// 6. The next attempt fails for exhaustion and kicks the daemon.
-	pod.Attempt++
-	n.failPod(t, pod, "no IP addresses available in range set")
-	failedAt := time.Now()
-	fi, err := os.Stat(filepath.Join(n.DataDir, ".kick"))
+	// 6. The next pod's ADD frees the dead leaks itself and succeeds.
+	pod := harness.Pod{Name: "next-0", Namespace: "scenario6", UID: podUID("next-0")}
+	sid, err := env.RunPodSandbox(ctx, pod)
 	if err != nil {
-		t.Fatalf("the exhaustion did not touch the kick file: %v", err)
+		t.Fatalf("RunPodSandbox on a pool full of dead leaks: %v", err)
 	}
-	kickAt := fi.ModTime()
-	t.Logf("attempt %d: RunPodSandbox failed with hostlease's exhaustion error; .kick touched", pod.Attempt+1)
-	evs := n.waitReclaims(t, 3, func() string { return describe(n.records(t)) + "\n" + d.LogTail(10) })
-	for _, ev := range evs {
-		if ev.Time.Before(kickAt) {
-			t.Errorf("reclaim of %s at %v, before the kick at %v", ev.IP, ev.Time, kickAt)
+	_, ips, _ := env.PodSandboxStatus(ctx, sid)
+	released := 0
+	for _, ev := range n.audit(t) {
+		if allocator.IsPluginRelease(ev) && ev.Reason == allocator.ReasonNetnsGoneAtExhaustion {
+			released++
 		}
 	}
-	t.Logf("kick -> last reclaim: %v (measured; the daemon polls the kick file every 1s)", evs[len(evs)-1].Time.Sub(kickAt).Round(time.Millisecond))
+	if released != 3 {
+		t.Errorf("%d releases %s in the audit log; want the 3 leaks", released, allocator.ReasonNetnsGoneAtExhaustion)
+	}
+	if _, err := os.Stat(filepath.Join(n.DataDir, ".kick")); !os.IsNotExist(err) {
+		t.Errorf("the kick file exists (%v): the ADD reported an exhaustion", err)
+	}
+	if p := n.pool(t); p.Free != 2 || p.Exhaustions != 0 {
+		t.Errorf("after the ADD: %+v; want 2 free, no exhaustion recorded", p)
+	}
+	t.Logf("pod %s READY with %v: the plugin released the 3 dead leaks (%s) before choosing; %v after the pool filled",
+		pod.Name, ips, allocator.ReasonNetnsGoneAtExhaustion, time.Since(filled).Round(time.Millisecond))
 
 	// 7. NetworkReady follows at the next Status call.
 	callStart = time.Now()
 	cond, _, err = env.Status(ctx)
 	if err != nil || !cond.Status {
-		t.Errorf("after the reclaim: NetworkReady=%v %q (%v); want true", cond.GetStatus(), cond.GetMessage(), err)
+		t.Errorf("after the release: NetworkReady=%v %q (%v); want true", cond.GetStatus(), cond.GetMessage(), err)
 	} else {
-		t.Logf("first CRI Status after the reclaim (the call took %v): NetworkReady=true", time.Since(callStart).Round(time.Millisecond))
-	}
-
-	// 8. kubelet retries with backoff; the retry succeeds.
-	pod.Attempt++
-	var ip string
-	waitFor(t, "a kubelet-style retry succeeds", func() (bool, string) {
-		sid, err := env.RunPodSandbox(ctx, pod)
-		if err != nil {
-			time.Sleep(500 * time.Millisecond) // kubelet's backoff between attempts
-			pod.Attempt++
-			return false, err.Error()
-		}
-		_, ips, _ := env.PodSandboxStatus(ctx, sid)
-		ip = strings.Join(ips, ",")
-		return true, ""
-	})
-	t.Logf("retry (attempt %d) READY with %s, %v after the exhaustion failure", pod.Attempt+1, ip, time.Since(failedAt).Round(time.Millisecond))
-
-	// 9. Metrics of the kick sweep (updated at its end, after the store).
-	m := waitMetrics(t, d, "metrics of the kick sweep", func(m harness.MetricSet) bool {
-		rec, _ := m.Sum("hostlease_reclaims_total", "network", n.Network)
-		sw, _ := m.Sum("hostlease_sweeps_total")
-		return rec == 3 && sw == 2
-	})
-	fails, _ := m.Sum("hostlease_allocation_failures_total", "network", n.Network, "reason", "exhausted")
-	free1, _ := m.Sum("hostlease_pool_free_addresses", "network", n.Network)
-	last, _ := m.Sum("hostlease_last_exhaustion_timestamp_seconds", "network", n.Network)
-	t.Logf("metrics:\n      %s", strings.Join(m.Lines("hostlease_allocation_failures_total", "hostlease_pool_free_addresses",
-		"hostlease_last_exhaustion_timestamp_seconds", "hostlease_reclaims_total", "hostlease_sweeps_total"), "\n      "))
-	if fails != 1 || free1 != 3 || last < float64(filled.Unix()) {
-		t.Errorf("metrics: exhausted failures %v, pool free %v, last exhaustion %v; want 1, 3, a recent time", fails, free1, last)
+		t.Logf("first CRI Status after the release (the call took %v): NetworkReady=true", time.Since(callStart).Round(time.Millisecond))
 	}
 }
 

@@ -30,10 +30,10 @@ func TestScenario7Restarts(t *testing.T) {
 		live[id] = ip
 	}
 	n.breakChain(t)
-	pod := harness.Pod{Name: "gone-0", Namespace: "scenario7", UID: podUID("gone-0")}
-	for i := 0; i < 2; i++ {
-		pod.Attempt = uint32(i)
-		n.failPod(t, pod, "failplugin: ADD failing on purpose")
+	// Two pods, one failed attempt each: a pod's next attempt would release
+	// its previous one itself (the plugin's per-pod release).
+	for _, name := range []string{"gone-0", "gone-1"} {
+		n.failPod(t, harness.Pod{Name: name, Namespace: "scenario7", UID: podUID(name)}, "failplugin: ADD failing on purpose")
 	}
 	n.healChain(t)
 	leaks := map[string]bool{}
