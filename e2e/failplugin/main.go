@@ -12,7 +12,8 @@
 //	"holdAddFile":  while this file exists, ADD waits (checking every 20ms)
 //	                before anything else, for at most holdLimit (then it fails)
 //	"logFile":      every invocation appends one JSON line
-//	                {"time","verb","containerID","ifname","netns","error"}
+//	                {"time","verb","containerID","ifname","netns","args","error"}
+//	                (args: CNI_ARGS, e.g. K8S_POD_UID=... from a CRI runtime)
 //
 // Guarantees:
 //   - ADD passes prevResult through unchanged (converted to the config's
@@ -101,6 +102,7 @@ func logCall(conf *config, verb string, args *skel.CmdArgs, callErr error) {
 		"containerID": args.ContainerID,
 		"ifname":      args.IfName,
 		"netns":       args.Netns,
+		"args":        args.Args,
 	}
 	if callErr != nil {
 		rec["error"] = callErr.Error()

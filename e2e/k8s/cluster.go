@@ -9,7 +9,10 @@
 //     (callers hold /work/coord/k8s.lock or run alone); a Root left by a killed
 //     run is torn down by the next Start;
 //   - links: NodeBridge (an empty bridge holding the node IP as a /32) and the
-//     pod bridges named in conflists it wrote; deleted;
+//     pod bridges named in conflists it wrote (CNIConfDir and every
+//     RuntimeConfDir); deleted;
+//   - containerd's config has RuntimeHandlers besides its default runtime,
+//     each with a CNI conf dir of its own under Root;
 //   - processes: etcd, the control plane, containerd and kubelet are its
 //     children, killed by PID; shims and containers by their socket / runc root;
 //   - containerd and kubelet run in one private mount namespace (held by a
@@ -59,6 +62,17 @@ const (
 	// Image is the name of the image built from make build's binaries.
 	Image = "localhost/hostlease/hostlease:e2e"
 )
+
+// RuntimeHandlers are the node's extra CRI runtime handlers: runc like the
+// default one, each with a CNI config dir of its own (RuntimeConfDir), so a
+// pod of the RuntimeClass of that name gets only that dir's network. Tests
+// run several pod networks side by side with them, without touching the
+// node's own conflist. The dirs exist from the start (containerd watches
+// them); what a test writes there is torn down like CNIConfDir's conflists.
+var RuntimeHandlers = []string{"hlk8s-hs-pair", "hlk8s-hl-pair", "hlk8s-hs-storm", "hlk8s-hl-storm"}
+
+// RuntimeConfDir is the CNI config dir of runtime handler h.
+func RuntimeConfDir(h string) string { return filepath.Join(Root, "cni-conf-"+h) }
 
 // Paths under Root.
 var (
@@ -182,6 +196,11 @@ func Start(logf func(string, ...any)) (c *Cluster, err error) {
 	}()
 	for _, d := range []string{Root, CNIBinDir, CNIConfDir, CNIDataDir, RunDir, StateDir, RuncRoot, LogDir, PodLogsDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return c, err
+		}
+	}
+	for _, h := range RuntimeHandlers {
+		if err := os.MkdirAll(RuntimeConfDir(h), 0o755); err != nil {
 			return c, err
 		}
 	}
@@ -553,12 +572,34 @@ func (c *Cluster) makeCgroupRoot() error {
 }
 
 // containerdConfig is the harness's containerd config with the node's paths
-// (containerd and kubelet share them in the node's mount namespace).
+// (containerd and kubelet share them in the node's mount namespace), plus
+// RuntimeHandlers.
 func containerdConfig(a harness.Artifacts) string {
-	return harness.ContainerdConfig(a.Version, harness.ContainerdPaths{
+	cfg := harness.ContainerdConfig(a.Version, harness.ContainerdPaths{
 		Root: filepath.Join(Root, "containerd-root"), State: StateDir, Temp: filepath.Join(Root, "tmp"),
 		Socket: Socket, CNIBinDir: CNIBinDir, CNIConfDir: CNIConfDir, Runc: a.Runc, RuncRoot: RuncRoot,
 	})
+	// The runtimes table: version 3 (2.x) splits the CRI plugin, version 2
+	// (1.7) has one.
+	table := "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes"
+	if a.Version.Major < 2 {
+		table = "plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes"
+	}
+	var b strings.Builder
+	b.WriteString(cfg)
+	for _, h := range RuntimeHandlers {
+		fmt.Fprintf(&b, `
+  [%[1]s.'%[2]s']
+    runtime_type = 'io.containerd.runc.v2'
+    cni_conf_dir = '%[3]s'
+    cni_max_conf_num = 1
+    [%[1]s.'%[2]s'.options]
+      SystemdCgroup = false
+      BinaryName = '%[4]s'
+      Root = '%[5]s'
+`, table, h, RuntimeConfDir(h), a.Runc, RuncRoot)
+	}
+	return b.String()
 }
 
 // StartContainerd starts containerd in the node's namespace and waits for
@@ -634,16 +675,21 @@ func (c *Cluster) StopKubelet() { c.stopProc("kubelet", 15*time.Second) }
 // WriteConflist writes a CNI conflist atomically (dot-file + rename); the
 // bridges and network it names are removed on teardown.
 func (c *Cluster) WriteConflist(name string, conf []byte) error {
+	return c.WriteConflistIn(CNIConfDir, name, conf)
+}
+
+// WriteConflistIn is WriteConflist into dir (CNIConfDir or a RuntimeConfDir).
+func (c *Cluster) WriteConflistIn(dir, name string, conf []byte) error {
 	network, bridges := harness.ConflistNetwork(conf)
 	c.bridges = append(c.bridges, bridges...)
 	if network != "" {
 		c.networks = append(c.networks, network)
 	}
-	tmp := filepath.Join(CNIConfDir, "."+name)
+	tmp := filepath.Join(dir, "."+name)
 	if err := os.WriteFile(tmp, conf, 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(CNIConfDir, name))
+	return os.Rename(tmp, filepath.Join(dir, name))
 }
 
 // Stop tears everything down (see the package doc); best effort, logs what
@@ -734,6 +780,10 @@ func reapStale(logf func(string, ...any)) {
 	time.Sleep(500 * time.Millisecond)
 	var bridges, networks []string
 	confs, _ := filepath.Glob(filepath.Join(CNIConfDir, "*"))
+	for _, h := range RuntimeHandlers {
+		more, _ := filepath.Glob(filepath.Join(RuntimeConfDir(h), "*"))
+		confs = append(confs, more...)
+	}
 	for _, f := range confs {
 		if b, err := os.ReadFile(f); err == nil {
 			network, brs := harness.ConflistNetwork(b)

@@ -202,6 +202,16 @@ func waitNodeReady(t testing.TB, c *Cluster) {
 
 // deployment is a Deployment of pause containers on the node's pod network.
 func deployment(ns, name string, replicas int) string {
+	return deploymentOf(ns, name, replicas, "")
+}
+
+// deploymentOf is deployment with the pods' RuntimeClass (one of
+// RuntimeHandlers: its network instead of the node's; "": the default).
+func deploymentOf(ns, name string, replicas int, runtimeClass string) string {
+	rc := ""
+	if runtimeClass != "" {
+		rc = "\n      runtimeClassName: " + runtimeClass
+	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata: {name: %[1]s}
@@ -215,14 +225,14 @@ spec:
   template:
     metadata: {labels: {app: %[2]s}}
     spec:
-      terminationGracePeriodSeconds: 1
+      terminationGracePeriodSeconds: 1%[6]s
       automountServiceAccountToken: false
       nodeSelector: {kubernetes.io/hostname: %[5]s}
       containers:
       - name: pause
         image: %[4]s
         imagePullPolicy: Never
-`, ns, name, replicas, pauseImage(), NodeName)
+`, ns, name, replicas, pauseImage(), NodeName, rc)
 }
 
 // deleteNamespace deletes ns and waits until it is gone and none of its
