@@ -52,9 +52,10 @@ func TestDemo(t *testing.T) {
 
 	heading("Before / after")
 	fmt.Print(leakTable(hl, hs))
-	print("   netns_gone: containerd had removed each failed sandbox's network namespace, which proves the")
-	print("   teardown, so hostlease-gc did not wait for --grace and --min-age; those hold an address whose")
-	print("   netns still exists (an ADD may still be in flight).")
+	print("   pod_sandbox_replaced: each retry's ADD found the previous attempt's network namespace removed by")
+	print("   containerd and released its address itself (the plugin's own proof), so the pod never held more")
+	print("   than one. netns_gone: for the same reason hostlease-gc reclaimed the last attempt's at once,")
+	print("   without waiting for --grace and --min-age; those hold an address whose netns still exists.")
 
 	heading("hostlease-gc metrics (GET /metrics)")
 	print("   before the reclaim (after the first sweep):")
@@ -77,8 +78,12 @@ func TestDemo(t *testing.T) {
 		say("%-10s containerd stopped; sandboxes, netns, bridge %s and %s removed", s.IPAM+":", s.Bridge, s.EnvDir)
 	}
 
-	ok := len(hl.Leaked) == attempts && hl.Reclaimed == 0 && len(hs.Leaked) == attempts && hs.Reclaimed == attempts && hs.FreeAfter == hs.FreeBefore
-	verdict := "the leaked addresses stay with host-local and come back with hostlease + hostlease-gc"
+	// host-local keeps every attempt's address; hostlease's plugin releases
+	// each earlier attempt's at the next attempt's ADD (its netns was torn
+	// down) and hostlease-gc reclaims the last one.
+	ok := len(hl.Leaked) == attempts && hl.Reclaimed == 0 &&
+		len(hs.Leaked) == 1 && hs.PluginReleased == attempts-1 && hs.Reclaimed == 1 && hs.FreeAfter == hs.FreeBefore
+	verdict := "the leaked addresses stay with host-local; with hostlease the pod holds one address at a time and hostlease-gc reclaims the last"
 	if !ok {
 		verdict = "UNEXPECTED: see the table"
 		t.Errorf("demo outcome not as expected")

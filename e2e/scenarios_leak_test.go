@@ -307,7 +307,7 @@ func leakTable(hl, hs *leakStory) string {
 		{"failed RunPodSandbox (kubelet retries)", fmt.Sprint(hl.Attempts), fmt.Sprint(hs.Attempts)},
 		{"failed sandboxes kept listed until removed", fmt.Sprint(hl.KeptListed), fmt.Sprint(hs.KeptListed)},
 		{"sandboxes CRI lists afterwards", fmt.Sprint(hl.Listed), fmt.Sprint(hs.Listed)},
-		{"addresses released by the plugin at the next attempt", "-", fmt.Sprint(hs.PluginReleased)},
+		{"released by the plugin (next retry's ADD)", "-", fmt.Sprint(hs.PluginReleased)},
 		{"addresses leaked", fmt.Sprint(len(hl.Leaked)), fmt.Sprint(len(hs.Leaked))},
 		{"addresses reclaimed", fmt.Sprint(hl.Reclaimed), fmt.Sprint(hs.Reclaimed)},
 		{"reclaim reason", "-", reasons(hs)},
