@@ -217,27 +217,7 @@ func pct(ds []time.Duration, p int) time.Duration {
 }
 
 // storeExhaustions is the node network's exhaustion count (hostlease-gc status).
-func storeExhaustions(t testing.TB) uint64 {
-	t.Helper()
-	out, err := runGC("status", "-o", "json", "--data-dir", CNIDataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []struct {
-		Network     string
-		Exhaustions uint64
-	}
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("status -o json: %v\n%s", err, out)
-	}
-	var n uint64
-	for _, r := range rows {
-		if r.Network == PodNetwork {
-			n += r.Exhaustions
-		}
-	}
-	return n
-}
+func storeExhaustions(t testing.TB) uint64 { return networkExhaustions(t, PodNetwork) }
 
 type stormReport struct {
 	Pods                         int
