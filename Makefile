@@ -67,9 +67,10 @@ helm-setup:
 	bash hack/helm-setup.sh
 
 # The real-node suite alone (e2e/k8s: its own caches, bridges, ports and
-# lock). Output to .e2e-k8s.log, the summary to stdout.
+# lock), on two nodes at once (hack/e2e-k8s.sh; E2E_K8S_NODES=1: one).
+# Output to .e2e-k8s.log and .e2e-k8s-heal.log, the summaries to stdout.
 e2e-k8s: build
-	@set -o pipefail; $(GO) test -count=1 -timeout 40m -v ./e2e/k8s/ 2>&1 | tee .e2e-k8s.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|\s+[a-z_]+\.go:[0-9]+:)' ; exit $${PIPESTATUS[0]}
+	@GO=$(GO) bash hack/e2e-k8s.sh
 
 # One `go test ./e2e/` per containerd version (the harness reads
 # CONTAINERD_VERSION), then any other test package under e2e/ except the

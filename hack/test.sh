@@ -6,9 +6,11 @@
 # The real-node suite is mostly waiting (kubelet's retry back-off, an alert's
 # `for:` window, a quiet minute of API requests), so it runs in the background
 # beside the others: it has its own caches, bridges, subnets, ports and lock,
-# and shares nothing with the containerd suites. `make test` built bin/
-# before this runs; `-o build` keeps the suites from rebuilding it under each
-# other. The real-node summary is printed last, its full log is .e2e-k8s.log.
+# and shares nothing with the containerd suites; it runs on two nodes at once
+# itself (hack/e2e-k8s.sh). `make test` built bin/ before this runs; `-o
+# build` keeps the suites from rebuilding it under each other. The real-node
+# summaries are printed last, the full logs are .e2e-k8s.log and
+# .e2e-k8s-heal.log.
 # Exit status: non-zero if any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,9 +148,12 @@ func teardownDir(dir, socket, runcRoot, cgroupParent string, bridges, networks [
 // cniCacheDir is libcni's default result cache, which containerd uses.
 const cniCacheDir = "/var/lib/cni/results"
 
-// removeCNICache removes libcni cache files ("<network>-<containerID>-<ifname>")
-// of the given networks, and every cache file whose netns lies under dir
-// (this also catches containerd's built-in "cni-loopback" network).
+// removeCNICache removes libcni cache files of sandboxes under dir: a file
+// recording its netns (libcni >= 1.2) is removed when that netns lies under
+// dir (this also catches containerd's built-in "cni-loopback" network);
+// one without (containerd 1.7's libcni) when it names one of networks. A
+// file of another run's netns is never removed, whatever its network is
+// called (two e2e/k8s nodes name their networks alike).
 func removeCNICache(dir string, networks []string) {
 	ents, err := os.ReadDir(cniCacheDir)
 	if err != nil {
@@ -157,21 +161,19 @@ func removeCNICache(dir string, networks []string) {
 	}
 	for _, ent := range ents {
 		p := filepath.Join(cniCacheDir, ent.Name())
-		match := false
-		for _, n := range networks {
-			if strings.HasPrefix(ent.Name(), n+"-") {
-				match = true
-			}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
 		}
-		if !match {
-			var c struct {
-				Netns string `json:"netns"`
-			}
-			if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &c) == nil {
-				match = strings.HasPrefix(c.Netns, dir+"/")
-			}
+		var c struct {
+			NetworkName string `json:"networkName"`
+			Netns       string `json:"netns"`
 		}
-		if match {
+		if json.Unmarshal(b, &c) != nil {
+			continue
+		}
+		if (c.Netns != "" && strings.HasPrefix(c.Netns, dir+"/")) ||
+			(c.Netns == "" && slices.Contains(networks, c.NetworkName)) {
 			_ = os.Remove(p)
 		}
 	}

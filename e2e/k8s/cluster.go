@@ -5,9 +5,11 @@
 //
 // What a Cluster changes on the machine, and how Stop undoes it:
 //   - everything it writes lives under Root (a fixed path, so that
-//     deploy/overlays/e2e-k8s can name its hostPaths); one cluster at a time
-//     (callers hold /work/coord/k8s.lock or run alone); a Root left by a killed
-//     run is torn down by the next Start;
+//     e2e/k8s/overlay can name its hostPaths); one default node at a time
+//     (callers hold /work/coord/k8s.lock or run alone), and beside it any
+//     number of Instance nodes, each in a network namespace of its own (see
+//     Instance); a Root left by a killed run is torn down by the next Start
+//     of the same instance;
 //   - links: NodeBridge (an empty bridge holding the node IP as a /32) and the
 //     pod bridges named in conflists it wrote (CNIConfDir and every
 //     RuntimeConfDir); deleted;
@@ -22,7 +24,8 @@
 //     mount made there dies with the namespace;
 //   - cgroups: CgroupRoot in every hierarchy; removed recursively;
 //   - host dirs kubelet creates whatever its flags say (/var/lib/kubelet,
-//     /var/log/containers): removed when this cluster created them;
+//     /var/log/containers), shared by every instance's kubelet: removed by
+//     the last instance to stop when one of them created them (hostdirs.go);
 //   - libcni's result cache entries of its networks; removed.
 package k8s
 
@@ -46,7 +49,6 @@ import (
 // Fixed addresses and names of the cluster (distinct from e2e/'s 10.99.x,
 // bridges and sockets). deploy/overlays/e2e-k8s repeats the paths and ports.
 const (
-	Root          = "/tmp/hostlease-k8s"
 	NodeName      = "hostlease-e2e-node"
 	NodeIP        = "10.250.0.1"
 	NodeBridge    = "hlk8s-node"
@@ -56,12 +58,62 @@ const (
 	KubeletPort   = 10250 // bound to NodeIP only
 	MetricsPort   = 19734 // the daemon's metrics, on NodeIP (overlay)
 	ServiceCIDR   = "10.96.0.0/24"
-	CgroupRoot    = "/hostlease-k8s"
 	SysNamespace  = "hostlease-system"
 	DaemonSetName = "hostlease-gc"
 	// Image is the name of the image built from make build's binaries.
 	Image = "localhost/hostlease/hostlease:e2e"
 )
+
+// Instance names a node of its own beside the default one
+// ($HOSTLEASE_K8S_INSTANCE, 1-8 of [a-z0-9]; empty: the default node). An
+// instance has its own Root and CgroupRoot and must run in a network
+// namespace of its own (Start refuses otherwise): there its ports, links and
+// addresses are the default node's, with nothing shared. It never installs
+// the DaemonSet (the overlay and Helm values name the default Root), so it
+// runs only tests that need no DaemonSet (hack/e2e-k8s.sh runs
+// TestRetriesHealWithoutDaemon on instance "heal" beside the others).
+var Instance = os.Getenv("HOSTLEASE_K8S_INSTANCE")
+
+// The instance's own paths: Root holds everything it writes, CgroupRoot its
+// cgroups.
+var (
+	Root       = instancePath(defaultRoot)
+	CgroupRoot = instancePath("/hostlease-k8s")
+)
+
+// instancePath is base for the default node, base-<Instance> for another.
+func instancePath(base string) string {
+	if Instance == "" {
+		return base
+	}
+	return base + "-" + Instance
+}
+
+// checkInstance refuses an Instance name that is not 1-8 of [a-z0-9], and
+// an Instance node in a network namespace with links other than loopback
+// and the suite's own (hlk8s-*): the host's, where its ports and links
+// would be the default node's. (The host's namespace cannot be compared
+// directly: /proc/1/ns is not readable here.)
+func checkInstance() error {
+	if Instance == "" {
+		return nil
+	}
+	if len(Instance) > 8 || strings.Trim(Instance, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return fmt.Errorf("HOSTLEASE_K8S_INSTANCE=%q: want 1-8 of [a-z0-9]", Instance)
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return err
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback == 0 && !strings.HasPrefix(i.Name, "hlk8s-") {
+			return fmt.Errorf("HOSTLEASE_K8S_INSTANCE=%s: an instance node needs a network namespace of its own "+
+				"(its ports and links are the default node's), and this one has link %s; run it under `unshare --net` "+
+				"as hack/e2e-k8s.sh does", Instance, i.Name)
+		}
+	}
+	return nil
+}
 
 // RuntimeHandlers are the node's extra CRI runtime handlers: runc like the
 // default one, each with a CNI config dir of its own (RuntimeConfDir), so a
@@ -153,7 +205,6 @@ type Cluster struct {
 	logf       func(string, ...any)
 	bridges    []string
 	networks   []string
-	created    []string // host dirs kubelet creates that did not exist before
 }
 
 type proc struct {
@@ -170,6 +221,9 @@ func Start(logf func(string, ...any)) (c *Cluster, err error) {
 	// in a cache of this suite's own unless HOSTLEASE_CACHE says otherwise:
 	// another run rebuilding the shared one must not pull binaries from under
 	// a running node.
+	if err := checkInstance(); err != nil {
+		return nil, err
+	}
 	if os.Getenv("HOSTLEASE_CACHE") == "" {
 		os.Setenv("HOSTLEASE_CACHE", filepath.Join(K8sCacheDir(), "e2e"))
 	}
@@ -183,11 +237,6 @@ func Start(logf func(string, ...any)) (c *Cluster, err error) {
 	}
 	c = &Cluster{Bins: bins, Art: art, procs: map[string]*proc{}, logf: logf}
 	reapStale(logf)
-	for _, d := range []string{"/var/lib/kubelet", "/var/log/containers"} {
-		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
-			c.created = append(c.created, d)
-		}
-	}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -207,8 +256,8 @@ func Start(logf func(string, ...any)) (c *Cluster, err error) {
 	if err := os.WriteFile(filepath.Join(Root, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return c, err
 	}
-	// Remembered on disk too, so the run after a killed one removes them.
-	if err := os.WriteFile(filepath.Join(Root, "created-host-dirs"), []byte(strings.Join(c.created, "\n")), 0o644); err != nil {
+	// After owner.pid: from here on an instance that stops sees this one live.
+	if err := recordHostDirs(); err != nil {
 		return c, err
 	}
 	t0 := time.Now()
@@ -710,7 +759,7 @@ func (c *Cluster) Stop() {
 		_ = c.holder.cmd.Process.Kill()
 		<-c.holder.done
 	}
-	teardownRoot(c.bridges, c.networks, c.created, c.logf)
+	teardownRoot(c.bridges, c.networks, c.logf)
 }
 
 // removeAllSandboxes stops and removes every sandbox (CNI DELs run) with
@@ -734,7 +783,7 @@ func (c *Cluster) removeAllSandboxes() {
 
 // teardownRoot removes what a cluster rooted at Root left, once its
 // processes are gone.
-func teardownRoot(bridges, networks, created []string, logf func(string, ...any)) {
+func teardownRoot(bridges, networks []string, logf func(string, ...any)) {
 	all := append([]string{NodeBridge}, bridges...)
 	harness.TeardownDir(Root, Socket, RuncRoot, CgroupRoot, all, networks, logf)
 	// kubelet links every container log into /var/log/containers, whatever
@@ -745,11 +794,7 @@ func teardownRoot(bridges, networks, created []string, logf func(string, ...any)
 			_ = os.Remove(l)
 		}
 	}
-	for _, d := range created {
-		if err := os.RemoveAll(d); err != nil {
-			logf("remove %s: %v", d, err)
-		}
-	}
+	removeHostDirs(logf)
 }
 
 // reapStale tears down a Root left by a killed run (its owner is gone).
@@ -791,11 +836,7 @@ func reapStale(logf func(string, ...any)) {
 			networks = append(networks, network)
 		}
 	}
-	var created []string
-	if b, err := os.ReadFile(filepath.Join(Root, "created-host-dirs")); err == nil {
-		created = strings.Fields(string(b))
-	}
-	teardownRoot(bridges, networks, created, logf)
+	teardownRoot(bridges, networks, logf)
 }
 
 // Reboot does to the node what a power cycle does: kubelet and containerd

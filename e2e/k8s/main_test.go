@@ -54,7 +54,11 @@ func cluster(t testing.TB) *Cluster {
 		}
 	})
 	clusterOnce.Do(func() {
-		logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "e2e/k8s: "+f+"\n", a...) }
+		prefix := "e2e/k8s: "
+		if Instance != "" {
+			prefix = "e2e/k8s (node " + Instance + "): "
+		}
+		logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, prefix+f+"\n", a...) }
 		clusterVal, clusterErr = Start(logf)
 		if clusterErr == nil {
 			clusterErr = setupHostlease(clusterVal)
@@ -67,7 +71,7 @@ func cluster(t testing.TB) *Cluster {
 }
 
 // keepArtifacts copies the logs and the cluster's state dumps to
-// $HOSTLEASE_E2E_ARTIFACTS (default <repo>/bin/e2e-k8s-artifacts/<time>).
+// $HOSTLEASE_E2E_ARTIFACTS (default <repo>/bin/e2e-k8s-artifacts/<time>[-<Instance>]).
 func keepArtifacts(c *Cluster) {
 	base := os.Getenv("HOSTLEASE_E2E_ARTIFACTS")
 	if base == "" {
@@ -77,7 +81,7 @@ func keepArtifacts(c *Cluster) {
 		}
 		base = filepath.Join(root, "bin", "e2e-k8s-artifacts")
 	}
-	dst := filepath.Join(base, time.Now().UTC().Format("20060102T150405Z"))
+	dst := filepath.Join(base, time.Now().UTC().Format("20060102T150405Z")+strings.TrimSuffix("-"+Instance, "-"))
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return
 	}

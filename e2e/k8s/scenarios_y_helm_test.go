@@ -91,6 +91,7 @@ func kubernetesLeftovers(t testing.TB, c *Cluster) string {
 //     name the plugin): a pod started afterwards gets a committed address.
 func TestHelm(t *testing.T) {
 	c := cluster(t)
+	requireDefaultNode(t)
 	helm := helmBin(t)
 	root, err := harness.RepoRoot()
 	if err != nil {

@@ -114,8 +114,12 @@ func restoreConflist(t testing.TB, c *Cluster) {
 
 // setupHostlease builds the image from make build's binaries, imports it
 // and writes the node's conflist (the plugin it names is installed by the
-// DaemonSet's install-cni).
+// DaemonSet's install-cni). An Instance node never runs the DaemonSet: it
+// gets the conflist only.
 func setupHostlease(c *Cluster) error {
+	if Instance != "" {
+		return c.WriteConflist("10-hlk8s.conflist", podConflist(PodSubnet, false, nil))
+	}
 	gcBin, err := harness.ProjectBin("hostlease-gc")
 	if err != nil {
 		return err
@@ -154,6 +158,7 @@ func importImage(c *Cluster, name, plugin, gcBin string) error {
 // DaemonSet's pod is Ready.
 func ensureInstalled(t testing.TB, c *Cluster) {
 	t.Helper()
+	requireDefaultNode(t)
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +167,17 @@ func ensureInstalled(t testing.TB, c *Cluster) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	waitDaemonSetReady(t, c)
+}
+
+// requireDefaultNode fails a test that would install the DaemonSet on an
+// Instance node: the overlay and helm-values.yaml name the default node's
+// paths (Root is fixed for them), not the instance's.
+func requireDefaultNode(t testing.TB) {
+	t.Helper()
+	if Instance != "" {
+		t.Fatalf("%s installs the DaemonSet, whose overlay and Helm values name %s: run it on the default node, not instance %q (%s)",
+			t.Name(), defaultRoot, Instance, Root)
+	}
 }
 
 // waitDaemonSetReady waits until the DaemonSet's rollout is complete and its

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# hack/e2e-k8s.sh — `make e2e-k8s`: the real-node suite (e2e/k8s) on two
+# nodes at once.
+#
+# TestRetriesHealWithoutDaemon proves healing with no DaemonSet on the node
+# for 5 minutes; every other test needs the DaemonSet. So it runs on a node
+# of its own, "heal" (HOSTLEASE_K8S_INSTANCE=heal: its own control plane,
+# containerd and kubelet under /tmp/hostlease-k8s-heal, in a network
+# namespace of its own where its ports, links and addresses are the default
+# node's), while the others run on the default node. E2E_K8S_NODES=1 runs
+# the whole suite on the default node, one test after the other.
+#
+# Logs: .e2e-k8s.log (default node) and .e2e-k8s-heal.log; the summary of
+# each goes to stdout, the heal node's last. Exit status: non-zero if either
+# failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+heal='^TestRetriesHealWithoutDaemon$'
+test_bin=bin/e2e-k8s.test
+
+summary() { grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|\s+[a-z_]+\.go:[0-9]+:)'; }
+
+# Kubernetes, containerd and the CNI plugins cached, and one test build for
+# both nodes, before the heal node starts: its network namespace has no
+# network (GOPROXY=off there says so at once if something still needs the
+# module proxy).
+bash hack/k8s-setup.sh || exit 1
+mkdir -p bin
+$GO test -c -o "$test_bin" ./e2e/k8s/ || exit 1
+t0=$SECONDS
+
+# The test binary runs in the package's directory, as `go test` runs it.
+suite() { (cd e2e/k8s && exec "$@" "../../$test_bin" -test.count=1 -test.timeout=40m -test.v "${args[@]}"); }
+
+if [ "${E2E_K8S_NODES:-2}" = 1 ]; then
+	args=()
+	suite env 2>&1 | tee .e2e-k8s.log | summary
+	rc=${PIPESTATUS[0]}
+	echo "e2e-k8s: $([ "$rc" = 0 ] && echo ok || echo FAIL) in $((SECONDS - t0))s (one node)"
+	exit "$rc"
+fi
+
+args=(-test.run "$heal")
+{
+	suite unshare --net -- sh -c 'ip link set lo up && exec "$@"' sh env HOSTLEASE_K8S_INSTANCE=heal GOPROXY=off
+	heal_rc=$?
+	echo "e2e-k8s: node heal $([ "$heal_rc" = 0 ] && echo ok || echo FAIL) in $((SECONDS - t0))s"
+	exit "$heal_rc"
+} >.e2e-k8s-heal.log 2>&1 &
+heal_pid=$!
+
+args=(-test.skip "$heal")
+suite env 2>&1 | tee .e2e-k8s.log | summary
+rc=${PIPESTATUS[0]}
+echo "e2e-k8s: default node $([ "$rc" = 0 ] && echo ok || echo FAIL) in $((SECONDS - t0))s"
+
+wait "$heal_pid"
+heal_rc=$?
+echo "=== e2e/k8s node heal (TestRetriesHealWithoutDaemon; full log .e2e-k8s-heal.log) ==="
+summary <.e2e-k8s-heal.log
+grep '^e2e-k8s: node heal' .e2e-k8s-heal.log
+[ "$rc" = 0 ] && [ "$heal_rc" = 0 ]
