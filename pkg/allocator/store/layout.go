@@ -20,6 +20,10 @@ import (
 //	            (index for ADD's release of the pod's dead sandboxes; pods.go)
 //	exhaustion  range set index -> JSON Exhaustion
 //	audit       big-endian sequence -> AuditEvent (bounded to auditLimit; codec.go)
+//	auditq      the same for the newest entries: a queue kept small enough
+//	            to be inline in the root page, moved to audit when full
+//	            (audit.go); absent from stores written before it, created by
+//	            the first write of an audit entry
 //	imported    addrKey(ip) -> nil for each record imported from host-local
 //	            and still held (see ReleaseVanishedHostLocal)
 //
@@ -35,6 +39,7 @@ var (
 	bucketAudit      = []byte("audit")
 	bucketImported   = []byte("imported")
 	bucketPods       = []byte("poduid")
+	bucketAuditQueue = []byte("auditq")
 
 	keySchema  = []byte("schema")
 	keyNetwork = []byte("network")

@@ -301,6 +301,7 @@ func wrapTx(btx *bolt.Tx) *Tx {
 		audit:      btx.Bucket(bucketAudit),
 		imported:   btx.Bucket(bucketImported),
 		pods:       btx.Bucket(bucketPods),
+		auditq:     btx.Bucket(bucketAuditQueue),
 	}
 	tx.reserved = takenBits{tx.taken}
 	if tx.taken == nil {

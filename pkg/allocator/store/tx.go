@@ -14,6 +14,9 @@ type Tx struct {
 	btx                                                      *bolt.Tx
 	meta, allocs, taken, owners, exhaustion, audit, imported *bolt.Bucket
 	pods                                                     *bolt.Bucket
+	// auditq is the audit log's queue (Audit); nil in a store written
+	// before it existed, until the first Audit creates it.
+	auditq *bolt.Bucket
 	// reserved reads the reserved addresses: the taken bitmap (see wrapTx).
 	reserved reservedIndex
 
