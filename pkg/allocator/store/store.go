@@ -302,6 +302,7 @@ func wrapTx(btx *bolt.Tx) *Tx {
 		imported:   btx.Bucket(bucketImported),
 		pods:       btx.Bucket(bucketPods),
 		auditq:     btx.Bucket(bucketAuditQueue),
+		poddrop:    btx.Bucket(bucketPodDrops),
 	}
 	tx.reserved = takenBits{tx.taken}
 	if tx.taken == nil {

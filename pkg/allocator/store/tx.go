@@ -17,6 +17,10 @@ type Tx struct {
 	// auditq is the audit log's queue (Audit); nil in a store written
 	// before it existed, until the first Audit creates it.
 	auditq *bolt.Bucket
+	// poddrop is the queue of pod index entries to delete (dropPodEntry);
+	// nil in a store written before it existed, until the first release
+	// of a record with a pod UID creates it.
+	poddrop *bolt.Bucket
 	// reserved reads the reserved addresses: the taken bitmap (see wrapTx).
 	reserved reservedIndex
 
