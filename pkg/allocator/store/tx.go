@@ -7,7 +7,8 @@ import (
 
 // Tx is one transaction on a store. Every write keeps the derived indexes
 // (takenbits, ownerhash, poduid, imported, the records count) in step with allocs: a
-// record and its index entries are put and deleted together. The indexes are
+// record and its index entries are put and deleted together (a pod index
+// entry's delete is queued in the same transaction: dropPodEntry). The indexes are
 // still only derived: where they are used to decide something that matters
 // they are verified against the records (see integrity.go).
 type Tx struct {
