@@ -17,9 +17,10 @@ import (
 // appending to audit directly dirties its last leaf and its root branch,
 // 2 of the 15 pages a DEL wrote at 99.9 % of a /16 (measured in-process with
 // bbolt's TxStats: 16 writes per DEL with the meta page, 14 with the queue;
-// with the pod index's queue too, dropPodEntry, 11; the DEL there of the
-// code before both took 1.06-1.23x the CPU of this one in the same benchmark
-// runs: docs/benchmarks.md, "DEL's pages").
+// with the pod index's queue too, dropPodEntry, 11; a page written costs
+// ~9 us of pwrite and ~20 us of fdatasync there. In test/bench runs at a
+// load of 8-14 the DEL before both took 1.06-1.23x this one's CPU, but its
+// unchanged ADD 0.98-1.17x: docs/benchmarks.md, "DEL's pages").
 // Both buckets are written in the caller's transaction, so a crash keeps or
 // loses an entry with the change it records.
 func (tx *Tx) Audit(ev allocator.AuditEvent) error {

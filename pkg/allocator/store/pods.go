@@ -78,11 +78,10 @@ func (tx *Tx) putPodEntry(r *allocator.Record, key []byte) error {
 // anyway), and the queued entries are deleted together when the queue is
 // full. Deleting the entry at once dirtied a leaf, a branch and the root of
 // the pod index: 3 of the 13 pages a DEL wrote at 99.9 % of a /16 (measured
-// in-process with bbolt's TxStats; 10 with the queue; with the audit queue,
-// the DEL there of the code before both took 1.06-1.23x the CPU of this one
-// in the same benchmark runs: docs/benchmarks.md, "DEL's pages"). Until
-// then the entry is in excess, which ByPodUID tells apart by reading its record, and which
-// compareIndexes counts as queued, not stray.
+// in-process with bbolt's TxStats; 10 with the queue; what a page costs and
+// the benchmark runs: Tx.Audit and docs/benchmarks.md, "DEL's pages").
+// Until then the entry is in excess, which ByPodUID tells apart by reading
+// its record, and which compareIndexes counts as queued, not stray.
 func (tx *Tx) dropPodEntry(prev *allocator.Record, keep string) error {
 	if prev.PodUID == "" || prev.PodUID == keep || tx.pods == nil {
 		return nil
