@@ -31,6 +31,7 @@ var (
 	flagSkip16  = flag.Bool("bench.skip16", false, "skip the 99.9% of a /16 point (quick runs)")
 	flagDir     = flag.String("bench.dir", "", "parent of the temporary state dir (default /var/lib, else /var/tmp)")
 	flagBefore  = flag.String("bench.before", "", "a prebuilt hostlease binary (e.g. of the base commit) measured interleaved with the others as hostlease-before")
+	flagOwnFill = flag.Bool("bench.own-fill", false, "every hostlease build fills its own pools through its own ADDs, instead of the other builds taking a byte copy of the first one's store at 99.9 % of a pool (a copy runs ~1.1x slower there: an A/B of store writes needs this)")
 	flagVariant = flag.String("bench.variants", "", "comma-separated name:tags: also build ./cmd/ipam with these build tags (joined by '+') and measure it interleaved as hostlease-<name> (same-run A/B of code behind a build tag)")
 	flagSLOnly  = flag.Bool("bench.sweepload-only", false, "run only the ADD and DEL latency while hostlease-gc sweeps (builds hostlease and hostlease-gc only)")
 )
@@ -248,9 +249,10 @@ func prepare(occ occupancy, nets []*network, par int) ([]fill, int, error) {
 	// hostlease: its own ADD for the whole pool, then its own DEL for the holes.
 	// A baseline build (-bench.before) gets a copy of that store when it
 	// can read it (the same records and layout, without a second fill of
-	// minutes), else fills its own the same way.
+	// minutes), else fills its own the same way; with -bench.own-fill every
+	// build fills its own (a copy written in one write runs slower).
 	for k, hleaseNet := range hleaseNets {
-		if k > 0 {
+		if k > 0 && !*flagOwnFill {
 			if ok, err := hleaseNet.adoptStore(hleaseNets[0]); err != nil {
 				return nil, 0, err
 			} else if ok {

@@ -430,9 +430,13 @@ func metaDamages() []damage {
 	firstAudit := func(op func(c *dcase, v []byte) []byte) func(*dcase) func(*bolt.Tx) error {
 		return func(c *dcase) func(*bolt.Tx) error {
 			return func(tx *bolt.Tx) error {
-				b, err := bucket(tx, bucketAudit)
-				if err != nil {
-					return err
+				// The newest entry: in the queue when it holds any.
+				b := tx.Bucket([]byte(bucketAuditQueue))
+				if b == nil || b.Stats().KeyN == 0 {
+					var err error
+					if b, err = bucket(tx, bucketAudit); err != nil {
+						return err
+					}
 				}
 				k, v := b.Cursor().Last()
 				if k == nil {

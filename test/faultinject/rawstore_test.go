@@ -25,6 +25,7 @@ const (
 	bucketOwners     = "ownerhash"
 	bucketExhaustion = "exhaustion"
 	bucketAudit      = "audit"
+	bucketAuditQueue = "auditq"
 )
 
 // addrKey is the store's address key: a family byte, then the address bytes.

@@ -168,9 +168,9 @@ func TestDamagedMetaValuesDoNotBlockRelease(t *testing.T) {
 		if err := tx.exhaustion.Put([]byte("0"), []byte("{cut")); err != nil {
 			return err
 		}
-		c := tx.audit.Cursor()
-		k, _ := c.Last()
-		return tx.audit.Put(bytes.Clone(k), []byte{binaryFormat, 0xff, 0xff})
+		b := tx.auditq // the newest entry is in the queue (Audit)
+		k, _ := b.Cursor().Last()
+		return b.Put(bytes.Clone(k), []byte{binaryFormat, 0xff, 0xff})
 	})
 	if got := release(t, s, "a", "eth0"); !slices.Equal(got, []string{"10.0.0.2"}) {
 		t.Errorf("DEL with damaged meta values: %v", got)

@@ -186,3 +186,12 @@ func damagedValues(good []byte) map[string][]byte {
 		"names another address": appendRecord(rec("10.0.0.2", "b", "eth0")),
 	}
 }
+
+// queueLen is the number of entries in the audit queue.
+func queueLen(tx *Tx) int {
+	n := 0
+	if tx.auditq != nil {
+		_ = tx.auditq.ForEach(func(_, _ []byte) error { n++; return nil })
+	}
+	return n
+}

@@ -13,7 +13,8 @@ import (
 // the taken bitmap (what ADD reads to choose an address), the owner index
 // (what DEL, CHECK and the commit marker read to find an attachment's
 // records), the pod index (what ADD reads to find a pod's other sandboxes;
-// pods.go), the imported index and the records count in meta. Every write
+// pods.go; it also holds the entries whose delete is queued in poddrop),
+// the imported index and the records count in meta. Every write
 // keeps them in step, but bit rot, a bad restore or a bug can make one
 // disagree. The rules, and what they cost on the hot path:
 //
@@ -146,6 +147,14 @@ func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 	var missingOwners [][]byte   // owner index keys to add
 	pods := map[string]bool{}    // pod index keys the records call for
 	var missingPods [][]byte     // pod index keys to add
+	queued := map[string]bool{}  // pod index keys whose delete is deferred (poddrop)
+	var unqueue [][]byte         // keys the records call for, queued for deletion
+	if tx.poddrop != nil {
+		_ = tx.poddrop.ForEach(func(k, _ []byte) error {
+			queued[string(k)] = true
+			return nil
+		})
+	}
 	_ = tx.allocs.ForEach(func(k, v []byte) error {
 		rep.Records++
 		ip, ok := keyAddr(k)
@@ -163,6 +172,8 @@ func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 				pods[string(pk)] = true
 				if tx.pods == nil || tx.pods.Get(pk) == nil {
 					missingPods = append(missingPods, pk)
+				} else if queued[string(pk)] {
+					unqueue = append(unqueue, pk) // the next flush would drop it
 				}
 			}
 		} else if id, ifname := salvageOwner(v); id != "" {
@@ -205,13 +216,13 @@ func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 	var strayPods [][]byte
 	if tx.pods != nil {
 		_ = tx.pods.ForEach(func(k, _ []byte) error {
-			if !pods[string(k)] {
+			if !pods[string(k)] && !queued[string(k)] {
 				strayPods = append(strayPods, bytes.Clone(k))
 			}
 			return nil
 		})
 	}
-	rep.PodAdded, rep.PodRemoved = len(missingPods), len(strayPods)
+	rep.PodAdded, rep.PodRemoved = len(missingPods)+len(unqueue), len(strayPods)
 	rep.BitsSet, rep.BitsCleared = len(missingBits), len(strayBits)
 	rep.OwnerAdded, rep.OwnerRemoved = len(missingOwners), len(strayOwners)
 	if !fix {
@@ -246,6 +257,11 @@ func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 		}
 		for _, k := range strayPods {
 			write(tx.pods.Delete(k))
+		}
+	}
+	for _, k := range append(unqueue, missingPods...) {
+		if queued[string(k)] {
+			write(tx.poddrop.Delete(k))
 		}
 	}
 	if rep.CountWas != rep.Records {

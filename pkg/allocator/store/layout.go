@@ -17,9 +17,18 @@ import (
 //	takenbits   block key -> bitmap of reserved addresses (what the address choice reads; bitmap.go)
 //	ownerhash   ownerPrefix(containerID, ifname) + addrKey -> nil  (index for ADD/DEL/CHECK)
 //	poduid      podPrefix(podUID) + addrKey -> nil for each record with a pod UID
-//	            (index for ADD's release of the pod's dead sandboxes; pods.go)
+//	            (index for ADD's release of the pod's dead sandboxes; pods.go),
+//	            and for each key queued in poddrop
+//	poddrop     poduid keys whose record was released -> 1: their deletes,
+//	            deferred to when the queue is full, kept small enough to be
+//	            inline in the root page (pods.go); absent from stores written
+//	            before it, created by the first release that needs it
 //	exhaustion  range set index -> JSON Exhaustion
 //	audit       big-endian sequence -> AuditEvent (bounded to auditLimit; codec.go)
+//	auditq      the same for the newest entries: a queue kept small enough
+//	            to be inline in the root page, moved to audit when full
+//	            (audit.go); absent from stores written before it, created by
+//	            the first write of an audit entry
 //	imported    addrKey(ip) -> nil for each record imported from host-local
 //	            and still held (see ReleaseVanishedHostLocal)
 //
@@ -35,6 +44,8 @@ var (
 	bucketAudit      = []byte("audit")
 	bucketImported   = []byte("imported")
 	bucketPods       = []byte("poduid")
+	bucketAuditQueue = []byte("auditq")
+	bucketPodDrops   = []byte("poddrop")
 
 	keySchema  = []byte("schema")
 	keyNetwork = []byte("network")

@@ -33,12 +33,16 @@ func TestAuditLogBoundedAndOrdered(t *testing.T) {
 		if n < auditLimit || n >= auditLimit+auditPrune {
 			t.Errorf("audit bucket holds %d entries, want %d to %d", n, auditLimit, auditLimit+auditPrune-1)
 		}
+		if tx.auditq.Root() != 0 {
+			t.Errorf("the audit queue is not inline (root page %d)", tx.auditq.Root())
+		}
+		n += queueLen(tx)
 		all, err := tx.AuditLog(1 << 20)
 		if err != nil {
 			return err
 		}
 		if len(all) != n {
-			t.Fatalf("AuditLog returned %d events, the bucket holds %d", len(all), n)
+			t.Fatalf("AuditLog returned %d events, the buckets hold %d", len(all), n)
 		}
 		total := auditLimit + extra
 		if all[0].ContainerID != fmt.Sprint("c", total-n) || all[len(all)-1].ContainerID != fmt.Sprint("c", total-1) {

@@ -6,12 +6,15 @@ package store
 // It is derived like the owner index (integrity.go) but only ever used to
 // free: an entry it lacks costs a release the plugin does not make (the
 // daemon's rules still apply), never an address handed out twice; an entry
-// it has in excess is told apart by reading the record it points at.
+// it has in excess is told apart by reading the record it points at. A
+// released record's entry is deleted later, with others (dropPodEntry): the
+// index holds exactly the records' entries and the queued ones.
 
 import (
 	"bytes"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	bolt "go.etcd.io/bbolt"
 )
 
 // ByPodUID returns the records whose PodUID is uid, in address order, as the
@@ -54,20 +57,83 @@ func (tx *Tx) ByPodUID(uid string) ([]*allocator.Record, error) {
 }
 
 // putPodEntry indexes r (stored under key) by its pod UID, if it has one.
+// An entry whose delete was deferred (podDrops) and that r calls for again
+// leaves the queue, so that no flush deletes it.
 func (tx *Tx) putPodEntry(r *allocator.Record, key []byte) error {
 	if r.PodUID == "" || tx.pods == nil {
 		return nil
 	}
-	return tx.pods.Put(append(podPrefix(r.PodUID), key...), nil)
+	k := append(podPrefix(r.PodUID), key...)
+	if tx.poddrop != nil && tx.poddrop.Get(k) != nil {
+		if err := tx.poddrop.Delete(k); err != nil {
+			return err
+		}
+	}
+	return tx.pods.Put(k, nil)
 }
 
 // dropPodEntry deletes prev's pod index entry unless the record replacing it
-// has the same UID (keep).
+// has the same UID (keep). The delete is deferred: the entry's key joins
+// poddrop, a queue kept inline in the root page (which every write rewrites
+// anyway), and the queued entries are deleted together when the queue is
+// full. Deleting the entry at once dirtied a leaf, a branch and the root of
+// the pod index: 3 of the 13 pages a DEL wrote at 99.9 % of a /16 (measured
+// in-process with bbolt's TxStats; 10 with the queue; what a page costs and
+// the benchmark runs: Tx.Audit and docs/benchmarks.md, "DEL's pages").
+// Until then the entry is in excess, which ByPodUID tells apart by reading
+// its record, and which compareIndexes counts as queued, not stray.
 func (tx *Tx) dropPodEntry(prev *allocator.Record, keep string) error {
 	if prev.PodUID == "" || prev.PodUID == keep || tx.pods == nil {
 		return nil
 	}
-	return tx.pods.Delete(append(podPrefix(prev.PodUID), addrKey(prev.IP)...))
+	k := append(podPrefix(prev.PodUID), addrKey(prev.IP)...)
+	q, err := tx.podDrops()
+	if err != nil {
+		return err
+	}
+	if queueSize(q)+inlineEntrySize(k, podDropMark) <= tx.inlineLimit() {
+		return q.Put(k, podDropMark)
+	}
+	return tx.flushPodDrops(q, k)
+}
+
+// podDropMark is a queued key's value (not empty: bbolt returns nil for an
+// empty value put in the same transaction, which would read as absent).
+var podDropMark = []byte{1}
+
+// podDrops returns the poddrop bucket, creating it in a store written
+// before it existed (an inline bucket: no page of its own).
+func (tx *Tx) podDrops() (*bolt.Bucket, error) {
+	if tx.poddrop != nil {
+		return tx.poddrop, nil
+	}
+	q, err := tx.btx.CreateBucketIfNotExists(bucketPodDrops)
+	if err != nil {
+		return nil, err
+	}
+	tx.poddrop = q
+	return q, nil
+}
+
+// flushPodDrops deletes the queued pod index entries, and extra's, and
+// empties the queue.
+func (tx *Tx) flushPodDrops(q *bolt.Bucket, extra []byte) error {
+	keys := [][]byte{extra}
+	_ = q.ForEach(func(k, _ []byte) error {
+		keys = append(keys, bytes.Clone(k))
+		return nil
+	})
+	for _, k := range keys[1:] {
+		if err := q.Delete(k); err != nil {
+			return err
+		}
+	}
+	for _, k := range keys {
+		if err := tx.pods.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dropPodEntries deletes every pod index entry for the address key (a walk

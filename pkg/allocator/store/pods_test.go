@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -174,6 +175,103 @@ func TestAuditSince(t *testing.T) {
 	update(t, s, func(tx *Tx) error { return tx.SetAuditReported(2) })
 	view(t, s, func(tx *Tx) error {
 		eq(t, "mark", tx.AuditReported(), uint64(2))
+		return nil
+	})
+}
+
+// podIP is the i-th address of the deferred-delete tests.
+func podIP(i int) string { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String() }
+
+// A release defers its pod index delete (poddrop): while the queue has room
+// no page of the pod index is rewritten, the released record is never
+// listed and the indexes verify; when the queue is full its entries go
+// together. An address given back to the same pod while its entry is queued
+// keeps its entry through that flush.
+func TestPodIndexDeferredDeletes(t *testing.T) {
+	s := newStore(t)
+	const n = 400 // a pod index of several pages
+	update(t, s, func(tx *Tx) error {
+		for i := range n {
+			if err := tx.Put(podRec(podIP(i), fmt.Sprint("c", i), fmt.Sprint("u", i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	podRoot := func() (root pageID) {
+		view(t, s, func(tx *Tx) error {
+			root = pageID(tx.pods.Root())
+			if tx.poddrop != nil && tx.poddrop.Root() != 0 {
+				t.Errorf("the pod drop queue has root page %d: not inline", tx.poddrop.Root())
+			}
+			return nil
+		})
+		return root
+	}
+	before := podRoot()
+	rewrites := 0
+	const releases = 80
+	for i := range releases {
+		update(t, s, func(tx *Tx) error {
+			_, err := tx.Delete(netip.MustParseAddr(podIP(i)))
+			return err
+		})
+		if root := podRoot(); root != before {
+			rewrites++
+			before = root
+		}
+		if i == 1 { // u0's address, released above, goes back to u0
+			update(t, s, func(tx *Tx) error { return tx.Put(podRec(podIP(0), "c0-again", "u0")) })
+		}
+		view(t, s, func(tx *Tx) error {
+			if got := byPod(t, tx, fmt.Sprint("u", i)); i > 0 && len(got) != 0 {
+				t.Errorf("released u%d still listed: %v", i, got)
+			}
+			return nil
+		})
+	}
+	// Each queue holds at least 20 such keys (a quarter page).
+	if rewrites == 0 || rewrites > releases/20+1 {
+		t.Errorf("the pod index was rewritten by %d of %d releases (and one ADD), want 1 to %d (when the queue is full)", rewrites, releases, releases/20+1)
+	}
+	view(t, s, func(tx *Tx) error {
+		eq(t, "u0, given back its address while its entry was queued", byPod(t, tx, "u0"), []string{podIP(0)})
+		eq(t, "u100, never released", byPod(t, tx, "u100"), []string{podIP(100)})
+		return nil
+	})
+	consistent(t, s)
+}
+
+// A queued pod index delete of an entry the records call for (damage: the
+// next flush would lose it) is found by VerifyIndexes and taken off the
+// queue by RepairIndexes.
+func TestPodDropOfALiveEntryIsRepaired(t *testing.T) {
+	s := newStore(t)
+	update(t, s, func(tx *Tx) error {
+		for _, r := range []*allocator.Record{podRec("10.0.0.2", "a", "u1"), podRec("10.0.0.3", "b", "u2")} {
+			if err := tx.Put(r); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Delete(netip.MustParseAddr("10.0.0.3")) // creates the queue
+		return err
+	})
+	live := append(podPrefix("u1"), addrKey(netip.MustParseAddr("10.0.0.2"))...)
+	damage(t, s, func(tx *Tx) error { return tx.poddrop.Put(live, podDropMark) })
+	view(t, s, func(tx *Tx) error {
+		if rep := tx.VerifyIndexes(); rep.PodAdded != 1 || !rep.Changed() {
+			t.Errorf("VerifyIndexes = %s, want the queued live entry counted (1 pod entry added)", rep)
+		}
+		return nil
+	})
+	update(t, s, func(tx *Tx) error {
+		_, err := tx.RepairIndexes("test", time.Now())
+		return err
+	})
+	consistent(t, s)
+	update(t, s, func(tx *Tx) error { return tx.flushPodDrops(tx.poddrop, podPrefix("none")) })
+	view(t, s, func(tx *Tx) error {
+		eq(t, "u1 after a flush", byPod(t, tx, "u1"), []string{"10.0.0.2"})
 		return nil
 	})
 }

@@ -301,6 +301,8 @@ func wrapTx(btx *bolt.Tx) *Tx {
 		audit:      btx.Bucket(bucketAudit),
 		imported:   btx.Bucket(bucketImported),
 		pods:       btx.Bucket(bucketPods),
+		auditq:     btx.Bucket(bucketAuditQueue),
+		poddrop:    btx.Bucket(bucketPodDrops),
 	}
 	tx.reserved = takenBits{tx.taken}
 	if tx.taken == nil {

@@ -7,13 +7,21 @@ import (
 
 // Tx is one transaction on a store. Every write keeps the derived indexes
 // (takenbits, ownerhash, poduid, imported, the records count) in step with allocs: a
-// record and its index entries are put and deleted together. The indexes are
+// record and its index entries are put and deleted together (a pod index
+// entry's delete is queued in the same transaction: dropPodEntry). The indexes are
 // still only derived: where they are used to decide something that matters
 // they are verified against the records (see integrity.go).
 type Tx struct {
 	btx                                                      *bolt.Tx
 	meta, allocs, taken, owners, exhaustion, audit, imported *bolt.Bucket
 	pods                                                     *bolt.Bucket
+	// auditq is the audit log's queue (Audit); nil in a store written
+	// before it existed, until the first Audit creates it.
+	auditq *bolt.Bucket
+	// poddrop is the queue of pod index entries to delete (dropPodEntry);
+	// nil in a store written before it existed, until the first release
+	// of a record with a pod UID creates it.
+	poddrop *bolt.Bucket
 	// reserved reads the reserved addresses: the taken bitmap (see wrapTx).
 	reserved reservedIndex
 
