@@ -18,9 +18,12 @@ import (
 // 2 of the 15 pages a DEL wrote at 99.9 % of a /16 (measured in-process with
 // bbolt's TxStats: 16 writes per DEL with the meta page, 14 with the queue;
 // with the pod index's queue too, dropPodEntry, 11; a page written costs
-// ~9 us of pwrite and ~20 us of fdatasync there. In test/bench runs at a
-// load of 8-14 the DEL before both took 1.06-1.23x this one's CPU, but its
-// unchanged ADD 0.98-1.17x: docs/benchmarks.md, "DEL's pages").
+// ~9 us of pwrite and ~20 us of fdatasync there). Measured gain of both
+// queues in test/bench, same-run A/B at a load median of 6: the DEL before
+// them took 1.04-1.05x this one's wall time and 1.04-1.06x its CPU at 99.9 %
+// of a /16 (1.00-1.03x with fewer records), which moved the DEL from 1.12-
+// 1.13x to 1.07-1.09x the skel-bbolt floor (docs/benchmarks.md, "DEL's
+// pages").
 // Both buckets are written in the caller's transaction, so a crash keeps or
 // loses an entry with the change it records.
 func (tx *Tx) Audit(ev allocator.AuditEvent) error {
