@@ -40,19 +40,22 @@ func (tx *Tx) Audit(ev allocator.AuditEvent) error {
 	return tx.flushAuditQueue(q, key, v)
 }
 
-// auditQueue returns the auditq bucket, creating it in a store written
-// before it existed (an inline bucket: creating it writes no page of its
-// own).
-func (tx *Tx) auditQueue() (*bolt.Bucket, error) {
-	if tx.auditq != nil {
-		return tx.auditq, nil
+// auditQueue returns the auditq bucket (see lazyBucket).
+func (tx *Tx) auditQueue() (*bolt.Bucket, error) { return tx.lazyBucket(&tx.auditq, bucketAuditQueue) }
+
+// lazyBucket returns *b, first creating the bucket name (and setting *b) in
+// a store written before the bucket existed: auditq and poddrop are inline
+// buckets, so creating one writes no page of its own.
+func (tx *Tx) lazyBucket(b **bolt.Bucket, name []byte) (*bolt.Bucket, error) {
+	if *b != nil {
+		return *b, nil
 	}
-	q, err := tx.btx.CreateBucketIfNotExists(bucketAuditQueue)
+	nb, err := tx.btx.CreateBucketIfNotExists(name)
 	if err != nil {
 		return nil, err
 	}
-	tx.auditq = q
-	return q, nil
+	*b = nb
+	return nb, nil
 }
 
 // inlineLimit is the most an inline bucket may hold (bbolt inlines a bucket

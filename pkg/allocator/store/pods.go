@@ -101,19 +101,8 @@ func (tx *Tx) dropPodEntry(prev *allocator.Record, keep string) error {
 // empty value put in the same transaction, which would read as absent).
 var podDropMark = []byte{1}
 
-// podDrops returns the poddrop bucket, creating it in a store written
-// before it existed (an inline bucket: no page of its own).
-func (tx *Tx) podDrops() (*bolt.Bucket, error) {
-	if tx.poddrop != nil {
-		return tx.poddrop, nil
-	}
-	q, err := tx.btx.CreateBucketIfNotExists(bucketPodDrops)
-	if err != nil {
-		return nil, err
-	}
-	tx.poddrop = q
-	return q, nil
-}
+// podDrops returns the poddrop bucket (see lazyBucket).
+func (tx *Tx) podDrops() (*bolt.Bucket, error) { return tx.lazyBucket(&tx.poddrop, bucketPodDrops) }
 
 // flushPodDrops deletes the queued pod index entries, and extra's, and
 // empties the queue.
