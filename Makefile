@@ -11,7 +11,7 @@ export GOFLAGS     ?= -buildvcs=false
 # Packages for unit and integration tests (e2e runs on its own, last).
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /e2e)
 
-.PHONY: all build test unit e2e e2e-setup e2e-k8s k8s-setup helm-setup bench bench-k8s lint vet fmt clean demo demo-k8s tools
+.PHONY: all build test setup unit e2e e2e-setup e2e-k8s k8s-setup helm-setup bench bench-k8s lint vet fmt clean demo demo-k8s tools
 
 all: build
 
@@ -36,8 +36,14 @@ lint: fmt vet
 # real-node suite spends most of its time waiting (kubelet's retry back-off,
 # an alert's `for:` window, a quiet minute), so hack/test.sh runs it beside
 # the unit and containerd suites and waits for it at the end.
-test: lint build tools
+test: setup lint build
 	@bash hack/test.sh
+
+# Every tool the suites need, built before any suite starts (hack/setup.sh:
+# containerd versions, Kubernetes, etcd, helm, promtool, the image tool, the
+# Go build cache of the tests). Cached: a warm run only checks stamps.
+setup:
+	@bash hack/setup.sh
 
 unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)

@@ -9,6 +9,8 @@
 #       the DaemonSet's image: the distroless-static equivalent base layer,
 #       /hostlease (the plugin) and /hostlease-gc, entrypoint /hostlease-gc,
 #       cmd run; the CA bundle of Debian's ca-certificates when installed.
+#   hack/image.sh --tool
+#       build the tool into the cache (if it is not there) and print its path.
 #
 # Cache: ${HOSTLEASE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostlease/image}
 #   image-<key>   the built tool; <key> hashes this script, the tool's source
@@ -52,6 +54,10 @@ if [ ! -x "$tool" ]; then
 	exec 9>&-
 fi
 
+if [ "${1:-}" = --tool ]; then
+	echo "$tool"
+	exit 0
+fi
 if [ "${1:-}" = hostlease ]; then
 	[ $# = 5 ] || { log "usage: $0 hostlease NAME OUT.tar PLUGIN GC"; exit 2; }
 	ca=()
