@@ -15,7 +15,8 @@
 # Nothing here runs a test. Root is needed for 1, 2 and 4 (apt-get, caches
 # under /var/cache); as another user the steps that need root are skipped
 # with a line that says so (the suites that need them skip too).
-# Timings go to stdout and to /var/cache/hostlease-setup.log (root only).
+# Each step's own output is streamed, indented; its time goes to stdout and
+# to /var/cache/hostlease-setup.log (root only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -25,19 +26,16 @@ root=0
 [ "$(id -u)" = 0 ] && root=1
 T0=$SECONDS
 rc=0
-step() { # step N NAME CMD...
-	local n=$1 name=$2 t0=$SECONDS out
+step() { # step N NAME CMD...: CMD's output streamed, indented
+	local n=$1 name=$2 t0=$SECONDS
 	shift 2
 	echo "setup: [$n/6] $name ..."
-	out=$(mktemp /tmp/hostlease-setup.XXXXXX)
-	if "$@" >"$out" 2>&1; then
+	if "$@" 2>&1 | sed -u 's/^/    /'; [ "${PIPESTATUS[0]}" = 0 ]; then
 		echo "setup: [$n/6] $name: ok in $((SECONDS - t0))s"
 	else
-		echo "setup: [$n/6] $name: FAILED after $((SECONDS - t0))s; its output:"
-		sed 's/^/    /' "$out"
+		echo "setup: [$n/6] $name: FAILED after $((SECONDS - t0))s"
 		rc=1
 	fi
-	rm -f "$out"
 	[ "$root" = 1 ] && printf '%s %s %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" "$((SECONDS - t0))" >>/var/cache/hostlease-setup.log
 	return 0
 }
