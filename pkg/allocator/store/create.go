@@ -16,7 +16,8 @@ import (
 
 // tempPrefix is the name prefix of the private file create builds a store
 // in: ".new-", 16 hex digits of a hash of the store's file name, "-". It fits
-// NAME_MAX whatever the network name (os.CreateTemp appends up to 10 digits).
+// NAME_MAX whatever the network name (trustfs.Dir.CreateTemp appends 16 hex
+// digits).
 func tempPrefix(storeFile string) string {
 	h := fnv.New64a()
 	h.Write([]byte(storeFile))
