@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
@@ -189,7 +188,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 	})
 	if err != nil {
 		// The set-aside link is a second name of the store still in place.
-		os.Remove(aside)
+		_ = oldFile.RemoveAside(aside)
 		return "", 0, err
 	}
 	return aside, len(recs), nil

@@ -108,10 +108,10 @@ func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time)
 		return nil, err
 	}
 	defer dir.Close()
-	fi, statErr := os.Lstat(path)
+	fi, statErr := dir.Info(filepath.Base(path))
 	switch {
 	case statErr == nil && fi.Mode()&os.ModeSymlink != 0:
-		target, _ := os.Readlink(path)
+		target, _ := dir.Readlink(filepath.Base(path))
 		return nil, trustfs.SymlinkError(path, "file", target)
 	case statErr == nil && !fi.Mode().IsRegular():
 		return nil, &IOError{Op: "open", Path: path, Err: fmt.Errorf("is not a regular file (%s)", fi.Mode().Type())}
@@ -122,7 +122,7 @@ func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time)
 	case errors.Is(statErr, os.ErrNotExist) && !o.Create:
 		return nil, &IOError{Op: "open", Path: path, Err: unwrapPath(statErr)}
 	case errors.Is(statErr, os.ErrNotExist):
-		if err := create(path); err != nil {
+		if err := create(dir, path); err != nil {
 			return nil, err
 		}
 	case statErr != nil:
