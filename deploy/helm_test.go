@@ -99,22 +99,29 @@ func helmTemplateChart(t *testing.T, chart string, args ...string) []object {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decodeDocs(t, fmt.Sprintf("helm template %v", args), out)
+}
+
+// decodeDocs decodes every object of a multi-document YAML stream strictly
+// (documents of comments only are skipped).
+func decodeDocs(t *testing.T, what, stream string) []object {
+	t.Helper()
 	var objs []object
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(out)))
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(stream)))
 	for {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 			continue
 		}
 		o, err := decode(doc)
 		if err != nil {
-			t.Fatalf("helm template %v: %v\n%s", args, err, doc)
+			t.Fatalf("%s: %v\n%s", what, err, doc)
 		}
 		objs = append(objs, o)
 	}
@@ -175,11 +182,21 @@ func TestChartPackage(t *testing.T) {
 // kustomize build of dir, less its Namespace.
 func compareWithKustomize(t *testing.T, dir string, objs []object) {
 	t.Helper()
-	want := map[string]object{}
+	var want []object
 	for _, o := range build(t, dir) {
-		if o.gvk.Kind == "Namespace" {
-			continue
+		if o.gvk.Kind != "Namespace" {
+			want = append(want, o)
 		}
+	}
+	compareObjects(t, "kustomize build "+dir, want, objs)
+}
+
+// compareObjects checks that objs are exactly the objects of wantObjs
+// (the kustomize build named what), field by field.
+func compareObjects(t *testing.T, what string, wantObjs, objs []object) {
+	t.Helper()
+	want := map[string]object{}
+	for _, o := range wantObjs {
 		want[objectKey(o)] = o
 	}
 	got := map[string]object{}
@@ -193,7 +210,7 @@ func compareWithKustomize(t *testing.T, dir string, objs []object) {
 	for k, w := range want {
 		g, ok := got[k]
 		if !ok {
-			t.Errorf("kustomize build %s has %s, the chart does not", dir, k)
+			t.Errorf("%s has %s, the chart does not", what, k)
 			continue
 		}
 		var diffs []string
@@ -205,7 +222,7 @@ func compareWithKustomize(t *testing.T, dir string, objs []object) {
 	}
 	for k := range got {
 		if _, ok := want[k]; !ok {
-			t.Errorf("the chart renders %s, kustomize build %s does not", k, dir)
+			t.Errorf("the chart renders %s, %s does not", k, what)
 		}
 	}
 }
