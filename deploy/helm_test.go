@@ -447,7 +447,15 @@ func TestChartLint(t *testing.T) {
 	cases := append(chartCases[:len(chartCases):len(chartCases)], struct {
 		kustomize string
 		values    []string
-	}{"e2e/k8s's", []string{"-f", "../e2e/k8s/helm-values.yaml"}})
+	}{"e2e/k8s's", []string{"-f", "../e2e/k8s/helm-values.yaml"}}, struct {
+		kustomize string
+		values    []string
+	}{"the standard keys'", []string{
+		"--set", "imagePullSecrets[0].name=regcred", "--set", "podAnnotations.a=b", "--set", "podLabels.team=net",
+		"--set", "serviceAccount.annotations.a=b", "--set", "image.digest=sha256:" + strings.Repeat("ab", 32),
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=k",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+	}})
 	for _, tc := range cases {
 		args := append([]string{"lint", chartDir, "--strict", "--namespace", namespace}, tc.values...)
 		if out, err := runHelm(t, args...); err != nil {
