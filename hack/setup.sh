@@ -11,6 +11,9 @@
 #   5. the image tool in the cache the deploy tests use (hack/image.sh --tool)
 #   6. the Go build cache of every test binary and of every binary the tests
 #      build in their TestMain (so no suite compiles while another runs)
+#   7. the release's artefacts once, into a scratch dir (make release: the
+#      arm64 cross-build, the chart package, the multi-arch image), so that
+#      deploy/release_test.go finds them in the build cache
 #
 # Nothing here runs a test. Root is needed for 1, 2 and 4 (apt-get, caches
 # under /var/cache); as another user the steps that need root are skipped
@@ -29,17 +32,17 @@ rc=0
 step() { # step N NAME CMD...: CMD's output streamed, indented
 	local n=$1 name=$2 t0=$SECONDS
 	shift 2
-	echo "setup: [$n/6] $name ..."
+	echo "setup: [$n/7] $name ..."
 	if "$@" 2>&1 | sed -u 's/^/    /'; [ "${PIPESTATUS[0]}" = 0 ]; then
-		echo "setup: [$n/6] $name: ok in $((SECONDS - t0))s"
+		echo "setup: [$n/7] $name: ok in $((SECONDS - t0))s"
 	else
-		echo "setup: [$n/6] $name: FAILED after $((SECONDS - t0))s"
+		echo "setup: [$n/7] $name: FAILED after $((SECONDS - t0))s"
 		rc=1
 	fi
 	[ "$root" = 1 ] && printf '%s %s %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" "$((SECONDS - t0))" >>/var/cache/hostlease-setup.log
 	return 0
 }
-needs_root() { echo "setup: [$1/6] $2: skipped: not root (the suites that need it skip too)"; }
+needs_root() { echo "setup: [$1/7] $2: skipped: not root (the suites that need it skip too)"; }
 
 if [ "$root" = 1 ]; then
 	step 1 "containerd, CNI plugins, pause image" bash hack/e2e-setup.sh
@@ -77,6 +80,19 @@ warm_go() {
 	return $r
 }
 step 6 "Go build cache of the tests" warm_go
+release_once() {
+	local d r
+	d=$(mktemp -d /tmp/hostlease-setup-dist.XXXXXX)
+	make --no-print-directory release DIST="$d"
+	r=$?
+	rm -rf "$d"
+	return $r
+}
+if [ "$root" = 1 ]; then
+	step 7 "release artefacts (cross-built binaries, chart, image)" release_once
+else
+	needs_root 7 "release artefacts (helm is built as root)"
+fi
 
 echo "setup: $([ "$rc" = 0 ] && echo done || echo FAILED) in $((SECONDS - T0))s"
 exit $rc
