@@ -50,8 +50,10 @@ func parseHostLocalArgs(name string, args []string, stderr io.Writer) (*hostLoca
 	return a, nil
 }
 
-// cmdImport imports host-local's state for a network into its store. Addresses
-// already in the store are kept as they are.
+// cmdImport merges host-local's state for a network into its store
+// (allocator.ImportNow): reservations the store does not hold are imported;
+// an address the store holds for another attachment is a conflict, kept
+// for the store's holder, printed one line each (exit 4).
 func cmdImport(args []string, stdout, stderr io.Writer) error {
 	a, err := parseHostLocalArgs("import", args, stderr)
 	if err != nil {
@@ -68,12 +70,12 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("no host-local state for network %s: %s: %w (host-local's data dir is --host-local-dir)", a.network, src, unwrapPathErr(err))
 	}
 	d.Close()
-	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second})
+	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second, By: allocator.ByCLI("import")})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	n := 0
+	var res allocator.ImportResult
 	err = st.Update(func(tx *store.Tx) error {
 		sets, err := tx.RangeSets()
 		if err != nil {
@@ -82,28 +84,41 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		if err := tx.SetNetwork(a.network); err != nil {
 			return err
 		}
-		n, err = allocator.ImportHostLocal(tx, src, a.network, sets, time.Now())
-		if err != nil {
-			return err
-		}
-		return tx.MarkMigrated(time.Now())
+		res, err = allocator.ImportNow(tx, src, a.network, sets, allocator.ByCLI("import"), time.Now())
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	printf(stdout, "imported %d reservation(s) from %s into %s", n, src, st.Path())
+	for _, c := range res.Conflicts {
+		holder := "container %s ifname %s"
+		if c.Damaged {
+			holder = "a damaged record of container %s ifname %s (as far as readable)"
+		}
+		printf(stdout, "conflict %s: host-local's file names container %s ifname %s; the store holds it for "+holder+": kept reserved for the store's holder, not handed out",
+			c.File.IP, orDash(c.File.ContainerID), orDash(c.File.IfName), orDash(c.StoreContainerID), orDash(c.StoreIfName))
+	}
+	printf(stdout, "imported %d reservation(s) from %s into %s; %d already held for the same attachment; %d conflict(s)",
+		res.Imported, src, st.Path(), res.Same, len(res.Conflicts))
+	if len(res.Conflicts) > 0 {
+		return fmt.Errorf("%w: %d address(es) host-local's files name are held in the store for another attachment (listed above; audited as %s)",
+			errConflict, len(res.Conflicts), allocator.AuditImportConflict)
+	}
 	return nil
 }
 
 // cmdExport writes a store back in host-local's format, for rolling back:
-// into the directory host-local will read with the same ipam config.
+// into the directory host-local will read with the same ipam config. The
+// store is marked exported in the same transaction, under its write lock:
+// from then on every plugin write merges what host-local changes there
+// (allocator.SyncHostLocal).
 func cmdExport(args []string, stdout, stderr io.Writer) error {
 	a, err := parseHostLocalArgs("export", args, stderr)
 	if err != nil {
 		return err
 	}
 	path := store.FilePath(a.dataDir, a.network)
-	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	st, err := store.Open(path, store.OpenOptions{LockTimeout: 10 * time.Second, By: allocator.ByCLI("export")})
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no store for network %s: %s does not exist", a.network, path)
 	}
@@ -114,7 +129,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	dst := allocator.HostLocalDir(a.hlBase, a.network)
 	n := 0
 	var damaged []allocator.DamagedRecord
-	err = st.View(func(tx *store.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		// A damaged record's address is still reserved: host-local must not
 		// hand it out either. Its owner, as far as readable, goes in the
 		// file (host-local's DEL of that owner then frees it).
@@ -125,12 +140,12 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 			if d.ContainerID == "" {
-				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: "hostlease-damaged-record"})
+				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: allocator.DamagedPlaceholder})
 			} else {
 				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: d.ContainerID, IfName: d.IfName})
 			}
 		}
-		n, err = allocator.ExportHostLocal(tx, dst, extra)
+		n, err = allocator.ExportHostLocal(tx, dst, extra, time.Now())
 		return err
 	})
 	if err != nil {

@@ -42,8 +42,23 @@ func cmdGC(args *skel.CmdArgs) error {
 	defer s.Close()
 	var gone []*allocator.Record
 	var notes txNotes
+	now := time.Now()
+	log := func() *slog.Logger { return logWith("verb", "GC", "network", c.Network) }
+	// As DEL: host-local's state first (what host-local reserved since an
+	// export is then collected too), in its own transaction, never stopping
+	// the collection.
+	var conflicts []allocator.ImportConflict
+	if err := s.Update(func(tx *store.Tx) error {
+		merged, err := allocator.SyncHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, allocator.ByPlugin, now)
+		conflicts = merged.Conflicts
+		return err
+	}); err != nil {
+		conflicts = nil
+		log().Warn("host-local's state not merged (the next plugin call tries again)", "error", err)
+	}
+	logConflicts(log, conflicts)
 	err = s.Update(func(tx *store.Tx) error {
-		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, time.Now())
+		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, now)
 		notes = notesOf(tx)
 		return err
 	})
@@ -51,7 +66,7 @@ func cmdGC(args *skel.CmdArgs) error {
 		return storeError(c, err)
 	}
 	// Damaged records are kept (their owner cannot be told) and reported.
-	notes.log(func() *slog.Logger { return logWith("verb", "GC", "network", c.Network) })
+	notes.log(log)
 	for _, r := range gone {
 		logWith().Info("GC released", "network", c.Network, "ip", r.IP, "containerID", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef())
 	}

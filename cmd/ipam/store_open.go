@@ -35,6 +35,7 @@ func logWith(attrs ...any) *slog.Logger {
 // missing or unreadable state means for their verb); storeError codes them.
 func openStore(c *netconf.Config, o store.OpenOptions) (*store.Store, error) {
 	o.LockTimeout = c.LockTimeout
+	o.By = allocator.ByPlugin
 	return store.Open(store.FilePath(c.StoreDir, c.Network), o)
 }
 
@@ -123,4 +124,15 @@ func touchKick(dir string) error {
 	}
 	defer d.Close()
 	return d.Touch(".kick")
+}
+
+// logConflicts logs each host-local reservation a merge found for an
+// address the store holds for another attachment (kept for the store's
+// holder, audited as import-conflict).
+func logConflicts(log func() *slog.Logger, conflicts []allocator.ImportConflict) {
+	for _, c := range conflicts {
+		log().Warn("host-local reservation conflicts with the store: the address stays reserved for the store's holder and is not handed out (hostlease-gc import lists conflicts)",
+			"ip", c.File.IP, "hostLocalContainerID", c.File.ContainerID, "hostLocalIfname", c.File.IfName,
+			"storeContainerID", c.StoreContainerID, "storeIfname", c.StoreIfName, "storeRecordDamaged", c.Damaged)
+	}
 }

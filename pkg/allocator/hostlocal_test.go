@@ -218,7 +218,7 @@ func TestExportRoundTrip(t *testing.T) {
 	var n int
 	view(t, s, func(tx Store) error {
 		var err error
-		n, err = ExportHostLocal(tx, dir, nil)
+		n, err = ExportHostLocal(tx, dir, nil, testTime)
 		return err
 	})
 	eq(t, "exported", n, 5)

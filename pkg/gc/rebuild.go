@@ -48,8 +48,9 @@ import (
 //
 // when is judged under the lock, on the file at path then: a store that no
 // longer needs the rebuild asked for (another process rebuilt it since it was
-// judged) is left as it is, with ErrNotRebuilt.
-func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen) (aside string, n int, err error) {
+// judged) is left as it is, with ErrNotRebuilt. by names who acts in the
+// audit (allocator.ByDaemon, allocator.ByCLI("rebuild")).
+func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen, by string) (aside string, n int, err error) {
 	if err := store.CheckTrusted(path); err != nil {
 		return "", 0, err
 	}
@@ -86,7 +87,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		}
 	}
 	// From here to the rename, the old file is locked: nobody writes it.
-	oldFile, err := store.LockFile(path, store.LockOptions{Exclusive: true, Timeout: storeLockTimeout})
+	oldFile, err := store.LockFile(path, store.LockOptions{Exclusive: true, Timeout: storeLockTimeout, By: by})
 	if err != nil {
 		return "", 0, err
 	}
@@ -185,7 +186,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		if len(unattributed) > 0 {
 			why += fmt.Sprintf("; owner unknown (kept reserved, reclaimed by the usual rules unless a sandbox uses them): %v", unattributed)
 		}
-		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: "hostlease-gc", Reason: why})
+		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: by, Reason: why})
 	})
 	if err != nil {
 		// The set-aside link is a second name of the store still in place.

@@ -45,6 +45,9 @@ type LockOptions struct {
 	Exclusive bool
 	// Timeout bounds the whole wait, retries included (default 10s).
 	Timeout time.Duration
+	// By names who acts, as OpenOptions.By (the stores Store and Replace
+	// open).
+	By string
 }
 
 // LockedFile is a store file opened without following a symlink, flocked,
@@ -61,6 +64,7 @@ type LockedFile struct {
 	db      *bolt.DB
 	view    *Store
 	viewErr error
+	by      string
 }
 
 // LockFile opens the file at path (read-only, never through a symlink: a
@@ -91,6 +95,7 @@ func LockFile(path string, o LockOptions) (*LockedFile, error) {
 	if err != nil {
 		return nil, &IOError{Op: "lock", Path: path, Err: unwrapPath(err)}
 	}
+	l.by = o.By
 	return l, nil
 }
 
@@ -197,7 +202,7 @@ func (l *LockedFile) Store() (s *Store, err error) {
 		return nil, classifyOpenError(l.path, "open", err)
 	}
 	l.db = db
-	s = &Store{db: db, path: l.path, file: dup, held: true}
+	s = &Store{db: db, path: l.path, file: dup, held: true, by: l.by}
 	if err := s.checkReadable(); err != nil {
 		l.viewErr = err
 		return nil, err
@@ -265,6 +270,7 @@ func (l *LockedFile) Replace(fill func(*Tx) error) error {
 		return err
 	}
 	tmp := st.path
+	st.by = l.by
 	renamed := false
 	defer func() {
 		if !renamed {
