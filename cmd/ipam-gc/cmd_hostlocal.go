@@ -90,7 +90,19 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range res.Conflicts {
+	printConflicts(stdout, res.Conflicts)
+	printf(stdout, "imported %d reservation(s) from %s into %s; %d already held for the same attachment; %d conflict(s)",
+		res.Imported, src, st.Path(), res.Same, len(res.Conflicts))
+	if len(res.Conflicts) > 0 {
+		return conflictErr(len(res.Conflicts))
+	}
+	return nil
+}
+
+// printConflicts prints one line per conflict: the address, the attachment
+// host-local's file names, and whom the store holds it for.
+func printConflicts(stdout io.Writer, conflicts []allocator.ImportConflict) {
+	for _, c := range conflicts {
 		holder := "container %s ifname %s"
 		if c.Damaged {
 			holder = "a damaged record of container %s ifname %s (as far as readable)"
@@ -98,13 +110,12 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		printf(stdout, "conflict %s: host-local's file names container %s ifname %s; the store holds it for "+holder+": kept reserved for the store's holder, not handed out",
 			c.File.IP, orDash(c.File.ContainerID), orDash(c.File.IfName), orDash(c.StoreContainerID), orDash(c.StoreIfName))
 	}
-	printf(stdout, "imported %d reservation(s) from %s into %s; %d already held for the same attachment; %d conflict(s)",
-		res.Imported, src, st.Path(), res.Same, len(res.Conflicts))
-	if len(res.Conflicts) > 0 {
-		return fmt.Errorf("%w: %d address(es) host-local's files name are held in the store for another attachment (listed above; audited as %s)",
-			errConflict, len(res.Conflicts), allocator.AuditImportConflict)
-	}
-	return nil
+}
+
+// conflictErr is the error (exit 4) of a command that found n conflicts.
+func conflictErr(n int) error {
+	return fmt.Errorf("%w: %d address(es) host-local's files name are held in the store for another attachment (listed above; audited as %s)",
+		errConflict, n, allocator.AuditImportConflict)
 }
 
 // cmdExport writes a store back in host-local's format, for rolling back:
@@ -127,7 +138,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	}
 	defer st.Close()
 	dst := allocator.HostLocalDir(a.hlBase, a.network)
-	n := 0
+	var res allocator.ExportResult
 	var damaged []allocator.DamagedRecord
 	err = st.Update(func(tx *store.Tx) error {
 		// A damaged record's address is still reserved: host-local must not
@@ -145,18 +156,26 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: d.ContainerID, IfName: d.IfName})
 			}
 		}
-		n, err = allocator.ExportHostLocal(tx, dst, extra, time.Now())
+		res, err = allocator.ExportHostLocal(tx, dst, a.network, extra, allocator.ByCLI("export"), time.Now())
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	printf(stdout, "exported %d reservation(s) to %s", n, dst)
+	if m := res.Merged; m.Imported > 0 || len(m.Conflicts) > 0 {
+		printConflicts(stdout, m.Conflicts)
+		printf(stdout, "merged host-local's changes since the last export first: imported %d reservation(s); %d conflict(s) (their files left as they are)",
+			m.Imported, len(m.Conflicts))
+	}
+	printf(stdout, "exported %d reservation(s) to %s", res.Written, dst)
 	if !a.hlGiven && a.hlBase != allocator.DefaultHostLocalDir {
 		printf(stdout, "host-local reads them with \"dataDir\": %q in the network's ipam config (as hostlease did)", a.hlBase)
 	}
 	if len(damaged) > 0 {
 		return fmt.Errorf("%w: %d damaged record(s) exported as reservations of their owner as far as readable", errDamaged, len(damaged))
+	}
+	if len(res.Merged.Conflicts) > 0 {
+		return conflictErr(len(res.Merged.Conflicts))
 	}
 	return nil
 }

@@ -383,14 +383,26 @@ type HostLocalReservation struct {
 	ContainerID, IfName string
 }
 
+// ExportResult is what ExportHostLocal did: the reservation files written,
+// and what it merged first (a store exported before: host-local may have
+// acted since).
+type ExportResult struct {
+	Written int
+	Merged  ImportResult
+}
+
 // ExportHostLocal writes the store's reservations, then extra, then the
 // round-robin points to dir in host-local's format, for rolling back to
 // host-local. Existing files for the same addresses are replaced; other files
 // are left alone.
 //
-// Once written, the store is marked exported (SetHostLocalExport, at now):
-// from then on every plugin write first merges what host-local changes in
-// dir (SyncHostLocal). tx must be a write transaction.
+// A store exported before is first merged with dir (ImportNow, as by): what
+// host-local reserved since is kept, and a file naming an address the store
+// holds for another attachment (a conflict) is left as it is, so that
+// host-local keeps it reserved too; it is reported in Merged. Once written,
+// the store is marked exported (SetHostLocalExport, at now): from then on
+// every plugin write first merges what host-local changes in dir
+// (SyncHostLocal). tx must be a write transaction.
 //
 // dir (created 0755 when missing, its parents too) is used only by trustfs's
 // contract: a dir that is a symlink, or that another user owns or can write,
@@ -398,7 +410,27 @@ type HostLocalReservation struct {
 // random name (O_EXCL) and renamed into place relative to the directory
 // opened: a link planted at a file's name, or at any predictable temporary
 // name, is never written through.
-func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation, now time.Time) (int, error) {
+func ExportHostLocal(tx Store, dir, network string, extra []HostLocalReservation, by string, now time.Time) (ExportResult, error) {
+	var res ExportResult
+	if _, exported := tx.HostLocalExport(); exported && tx.Migrated() {
+		sets, err := tx.RangeSets()
+		if err != nil && !errors.Is(err, ErrDamagedValue) {
+			return res, err
+		}
+		if res.Merged, err = ImportNow(tx, dir, network, sets, by, now); err != nil {
+			return res, err
+		}
+	}
+	keep := make(map[netip.Addr]bool, len(res.Merged.Conflicts))
+	for _, c := range res.Merged.Conflicts {
+		keep[c.File.IP] = true
+	}
+	n, err := exportHostLocal(tx, dir, extra, keep, now)
+	res.Written = n
+	return res, err
+}
+
+func exportHostLocal(tx Store, dir string, extra []HostLocalReservation, keep map[netip.Addr]bool, now time.Time) (int, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return 0, err
 	}
@@ -416,6 +448,9 @@ func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation, now tim
 	}
 	n := 0
 	err = tx.ForEach(func(r *Record) error {
+		if keep[r.IP] {
+			return nil
+		}
 		if err := write(hostLocalFileName(r.IP), reservation(HostLocalReservation{r.IP, r.ContainerID, r.IfName})); err != nil {
 			return err
 		}
@@ -426,6 +461,9 @@ func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation, now tim
 		return n, err
 	}
 	for _, r := range extra {
+		if keep[r.IP] {
+			continue
+		}
 		if err := write(hostLocalFileName(r.IP), reservation(r)); err != nil {
 			return n, err
 		}
