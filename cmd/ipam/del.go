@@ -75,24 +75,8 @@ func cmdDel(args *skel.CmdArgs) error {
 	var conflicts []allocator.ImportConflict
 	var notes txNotes
 	// As ADD, host-local's state first (first use, or changes since an
-	// export: DEL then frees what host-local reserved for this attachment),
-	// in a transaction of its own: a merge that fails (host-local's state
-	// refused or unreadable) is logged and redone by the next write, and
-	// never stops the release. It writes nothing when there is nothing to
-	// merge.
-	if err := s.Update(func(tx *store.Tx) error {
-		merged, err := allocator.SyncHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, allocator.ByPlugin, now)
-		conflicts = merged.Conflicts
-		return err
-	}); err != nil {
-		conflicts = nil
-		if store.IsDamage(err) {
-			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
-			return nil
-		}
-		log().Warn("host-local's state not merged (the next plugin call tries again); releasing what the store holds", "error", err)
-	}
-	err = s.Update(func(tx *store.Tx) error {
+	// export): DEL then frees what host-local reserved for this attachment.
+	conflicts, err = updateAfterMerge(s, c, now, log, func(tx *store.Tx) error {
 		var err error
 		released, err = allocator.Release(tx, args.ContainerID, args.IfName, allocator.Why{Reason: "DEL", By: allocator.ByPlugin}, now)
 		notes = notesOf(tx)

@@ -45,23 +45,14 @@ func cmdGC(args *skel.CmdArgs) error {
 	now := time.Now()
 	log := func() *slog.Logger { return logWith("verb", "GC", "network", c.Network) }
 	// As DEL: host-local's state first (what host-local reserved since an
-	// export is then collected too), in its own transaction, never stopping
-	// the collection.
-	var conflicts []allocator.ImportConflict
-	if err := s.Update(func(tx *store.Tx) error {
-		merged, err := allocator.SyncHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, allocator.ByPlugin, now)
-		conflicts = merged.Conflicts
-		return err
-	}); err != nil {
-		conflicts = nil
-		log().Warn("host-local's state not merged (the next plugin call tries again)", "error", err)
-	}
-	logConflicts(log, conflicts)
-	err = s.Update(func(tx *store.Tx) error {
+	// export is then collected too).
+	conflicts, err := updateAfterMerge(s, c, now, log, func(tx *store.Tx) error {
+		var err error
 		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, now)
 		notes = notesOf(tx)
 		return err
 	})
+	logConflicts(log, conflicts)
 	if err != nil {
 		return storeError(c, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -135,4 +136,40 @@ func logConflicts(log func() *slog.Logger, conflicts []allocator.ImportConflict)
 			"ip", c.File.IP, "hostLocalContainerID", c.File.ContainerID, "hostLocalIfname", c.File.IfName,
 			"storeContainerID", c.StoreContainerID, "storeIfname", c.StoreIfName, "storeRecordDamaged", c.Damaged)
 	}
+}
+
+// mergeError is a failed SyncHostLocal inside updateAfterMerge.
+type mergeError struct{ err error }
+
+func (e *mergeError) Error() string { return e.err.Error() }
+
+// updateAfterMerge runs fn in one write transaction after
+// allocator.SyncHostLocal (host-local's state on first use, or what
+// host-local changed since an export). When the merge fails (host-local's
+// state refused as untrusted, unreadable, or its write failed) the
+// transaction is rolled back, the failure logged, and fn runs alone in a
+// new one: the merge is redone by the next plugin write and never stops a
+// DEL or a GC, which hand nothing out.
+func updateAfterMerge(s *store.Store, c *netconf.Config, now time.Time, log func() *slog.Logger, fn func(*store.Tx) error) ([]allocator.ImportConflict, error) {
+	var conflicts []allocator.ImportConflict
+	run := func(merge bool) error {
+		return s.Update(func(tx *store.Tx) error {
+			conflicts = nil
+			if merge {
+				merged, err := allocator.SyncHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, allocator.ByPlugin, now)
+				if err != nil {
+					return &mergeError{err}
+				}
+				conflicts = merged.Conflicts
+			}
+			return fn(tx)
+		})
+	}
+	err := run(true)
+	var me *mergeError
+	if errors.As(err, &me) {
+		log().Warn("host-local's state not merged (the next plugin call tries again; an untrusted path: fix it as the error says)", "error", me.err)
+		err = run(false)
+	}
+	return conflicts, err
 }
