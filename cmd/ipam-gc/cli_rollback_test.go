@@ -68,7 +68,14 @@ func TestRollbackAndReturnNeverHandsOutTwice(t *testing.T) {
 					delete(holder, ip)
 				}
 			}
-			// Returned to hostlease.
+			// Returned to hostlease. A CHECK before any write merged sees
+			// what host-local reserved (read-only).
+			if _, err := cniTry(t, n, pluginCall{plugin: "hostlease", command: "CHECK", containerID: "c"}); err != nil {
+				t.Errorf("CHECK of a pod host-local started, before hostlease's first write: %v", err)
+			}
+			if _, err := cniTry(t, n, pluginCall{plugin: "hostlease", command: "CHECK", containerID: "nobody"}); err == nil {
+				t.Errorf("CHECK of an attachment nobody reserved succeeded")
+			}
 			for _, id := range []string{"e", "f"} {
 				hold(id, add(t, n, id))
 			}

@@ -261,64 +261,20 @@ type MergeOptions struct {
 // files would let them reserve or shape this network's addresses.
 func MergeHostLocal(tx Store, dir, network string, sets []StoredRangeSet, o MergeOptions, now time.Time) (ImportResult, error) {
 	var res ImportResult
-	d, err := trustfs.OpenDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return res, nil
-	}
-	if trustfs.IsUntrusted(err) {
-		return res, fmt.Errorf("host-local state: %w", err)
-	}
+	st, err := readHostLocal(dir)
+	res.Stamp = st.stamp
 	if err != nil {
-		return res, fmt.Errorf("reading host-local state %s: %w", dir, err)
+		return res, err
 	}
-	defer d.Close()
-	// Stamped before reading: a change made while the files are read makes
-	// the next SyncHostLocal merge again.
-	res.Stamp = fdStamp(d.Fd())
-	entries, err := d.Entries()
-	if err != nil {
-		return res, fmt.Errorf("reading host-local state %s: %w", dir, err)
+	for i, ip := range st.last {
+		if cur, has := tx.LastReserved(i); !has || o.RoundRobin && cur != ip {
+			if err := tx.SetLastReserved(i, ip); err != nil {
+				return res, err
+			}
+		}
 	}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() {
-			continue
-		}
-		if idx, ok := strings.CutPrefix(name, hostLocalLastPrefix); ok {
-			i, err1 := strconv.Atoi(idx)
-			data, err2 := d.ReadFile(name, hostLocalMaxFile)
-			if trustfs.IsUntrusted(err2) {
-				return res, fmt.Errorf("host-local state: %w", err2)
-			}
-			ip, err3 := netip.ParseAddr(strings.TrimSpace(string(data)))
-			if err1 == nil && err2 == nil && err3 == nil {
-				ip = ip.Unmap()
-				if cur, has := tx.LastReserved(i); !has || o.RoundRobin && cur != ip {
-					if err := tx.SetLastReserved(i, ip); err != nil {
-						return res, err
-					}
-				}
-			}
-			continue
-		}
-		ip, err := netip.ParseAddr(strings.ReplaceAll(name, "_", ":"))
-		if err != nil {
-			continue // "lock" and anything else that is not an address
-		}
-		ip = ip.Unmap()
-		data, err := d.ReadFile(name, hostLocalMaxFile)
-		if trustfs.IsUntrusted(err) {
-			return res, fmt.Errorf("host-local state: %w", err)
-		}
-		if errors.Is(err, os.ErrNotExist) {
-			continue // host-local's DEL removed it since the listing
-		}
-		if err != nil {
-			return res, fmt.Errorf("reading host-local reservation %s: %w", name, err)
-		}
-		id, ifname, _ := strings.Cut(strings.TrimSpace(string(data)), hostLocalLineBreak)
-		f := HostLocalFile{IP: ip, ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifname)}
-		held, damaged := tx.Lookup(ip)
+	for _, f := range st.files {
+		held, damaged := tx.Lookup(f.IP)
 		switch DecideMerge(f, held, damaged) {
 		case MergeSame:
 			res.Same++
@@ -330,23 +286,12 @@ func MergeHostLocal(tx Store, dir, network string, sets []StoredRangeSet, o Merg
 				c.StoreContainerID, c.StoreIfName = damaged.ContainerID, damaged.IfName
 			}
 			res.Conflicts = append(res.Conflicts, c)
-			if err := tx.Audit(AuditEvent{Time: now, Action: AuditImportConflict, IP: ip, ContainerID: f.ContainerID, IfName: f.IfName,
+			if err := tx.Audit(AuditEvent{Time: now, Action: AuditImportConflict, IP: f.IP, ContainerID: f.ContainerID, IfName: f.IfName,
 				Reason: c.reason(dir), By: o.By}); err != nil {
 				return res, err
 			}
 		case MergeImport:
-			rec := &Record{
-				IP: ip, RangeSet: -1, ContainerID: f.ContainerID, IfName: f.IfName,
-				Network: network, State: StateCommitted, Source: SourceHostLocal, Created: now, Committed: now,
-			}
-			for si, set := range sets {
-				if ri := rangeFor(set, ip); ri >= 0 {
-					r := set.Ranges[ri]
-					rec.RangeSet, rec.PrefixLen, rec.Gateway = si, r.Subnet.Bits(), r.Gateway
-					break
-				}
-			}
-			if err := tx.Put(rec); err != nil {
+			if err := tx.Put(importedRecord(f, network, sets, now)); err != nil {
 				return res, err
 			}
 			res.Imported++
@@ -358,6 +303,123 @@ func MergeHostLocal(tx Store, dir, network string, sets []StoredRangeSet, o Merg
 		}
 	}
 	return res, nil
+}
+
+// importedRecord is the record a merge writes for host-local's reservation
+// f: committed (it was in use), its owner, attributed to the range set that
+// contains it (-1 when none does), Source SourceHostLocal.
+func importedRecord(f HostLocalFile, network string, sets []StoredRangeSet, now time.Time) *Record {
+	rec := &Record{
+		IP: f.IP, RangeSet: -1, ContainerID: f.ContainerID, IfName: f.IfName,
+		Network: network, State: StateCommitted, Source: SourceHostLocal, Created: now, Committed: now,
+	}
+	for si, set := range sets {
+		if ri := rangeFor(set, f.IP); ri >= 0 {
+			r := set.Ranges[ri]
+			rec.RangeSet, rec.PrefixLen, rec.Gateway = si, r.Subnet.Bits(), r.Gateway
+			break
+		}
+	}
+	return rec
+}
+
+// hostLocalState is host-local's state as read from its directory: the
+// reservation files in name order, the round-robin points, and the
+// directory's stamp taken before anything was read (a change made while
+// the files are read makes the next SyncHostLocal merge again).
+type hostLocalState struct {
+	files []HostLocalFile
+	last  map[int]netip.Addr
+	stamp DirStamp
+}
+
+// readHostLocal reads host-local's state in dir by trustfs's contract
+// (MergeHostLocal's); a missing dir is an empty state.
+func readHostLocal(dir string) (hostLocalState, error) {
+	st := hostLocalState{last: map[int]netip.Addr{}}
+	d, err := trustfs.OpenDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if trustfs.IsUntrusted(err) {
+		return st, fmt.Errorf("host-local state: %w", err)
+	}
+	if err != nil {
+		return st, fmt.Errorf("reading host-local state %s: %w", dir, err)
+	}
+	defer d.Close()
+	st.stamp = fdStamp(d.Fd())
+	entries, err := d.Entries()
+	if err != nil {
+		return st, fmt.Errorf("reading host-local state %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() {
+			continue
+		}
+		if idx, ok := strings.CutPrefix(name, hostLocalLastPrefix); ok {
+			i, err1 := strconv.Atoi(idx)
+			data, err2 := d.ReadFile(name, hostLocalMaxFile)
+			if trustfs.IsUntrusted(err2) {
+				return st, fmt.Errorf("host-local state: %w", err2)
+			}
+			ip, err3 := netip.ParseAddr(strings.TrimSpace(string(data)))
+			if err1 == nil && err2 == nil && err3 == nil {
+				st.last[i] = ip.Unmap()
+			}
+			continue
+		}
+		ip, err := netip.ParseAddr(strings.ReplaceAll(name, "_", ":"))
+		if err != nil {
+			continue // "lock" and anything else that is not an address
+		}
+		data, err := d.ReadFile(name, hostLocalMaxFile)
+		if trustfs.IsUntrusted(err) {
+			return st, fmt.Errorf("host-local state: %w", err)
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			continue // host-local's DEL removed it since the listing
+		}
+		if err != nil {
+			return st, fmt.Errorf("reading host-local reservation %s: %w", name, err)
+		}
+		id, ifname, _ := strings.Cut(strings.TrimSpace(string(data)), hostLocalLineBreak)
+		st.files = append(st.files, HostLocalFile{IP: ip.Unmap(), ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifname)})
+	}
+	return st, nil
+}
+
+// PendingHostLocal returns, for a store exported to host-local whose next
+// write has not merged dir yet, the records that merge would import for
+// (containerID, ifname): host-local's reservations of that attachment at
+// addresses the store does not hold (MergeImport; a conflict is never the
+// attachment's). It reads and writes nothing else, so a read-only verb
+// (CHECK) sees an attachment host-local set up while it was in charge. A
+// store never exported has none, nor one whose dir is unchanged since its
+// last merge (SyncHostLocal would merge nothing).
+func PendingHostLocal(tx Store, dir, network string, sets []StoredRangeSet, containerID, ifname string) ([]*Record, error) {
+	m, exported := tx.HostLocalExport()
+	if !exported {
+		return nil, nil
+	}
+	if cur, err := statDir(dir); errors.Is(err, os.ErrNotExist) || err == nil && m.Seen.Valid() && cur == m.Seen {
+		return nil, nil
+	}
+	st, err := readHostLocal(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Record
+	for _, f := range st.files {
+		if f.ContainerID != containerID || f.IfName != ifname && f.IfName != "" {
+			continue
+		}
+		if held, damaged := tx.Lookup(f.IP); DecideMerge(f, held, damaged) == MergeImport {
+			out = append(out, importedRecord(f, network, sets, time.Time{}))
+		}
+	}
+	return out, nil
 }
 
 // reason is the conflict's audit reason: the file, and whom the store holds
