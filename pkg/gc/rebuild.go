@@ -173,6 +173,14 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		if err := tx.MarkMigrated(now); err != nil {
 			return err
 		}
+		// An exported store stays exported: what host-local does (or did
+		// since the export) is still merged before the plugin chooses. Its
+		// stamp is dropped, so the next write merges.
+		if old.exported {
+			if err := tx.SetHostLocalExport(allocator.HostLocalExport{At: old.export.At}); err != nil {
+				return err
+			}
+		}
 		for _, r := range recs {
 			if prev, dmg := tx.Lookup(r.IP); prev != nil || dmg != nil {
 				continue
@@ -243,6 +251,10 @@ type salvaged struct {
 	records []*allocator.Record
 	damaged []allocator.DamagedRecord
 	sets    []allocator.StoredRangeSet
+	// export is the store's mark of an export to host-local's files, when
+	// it had one (exported).
+	export   allocator.HostLocalExport
+	exported bool
 	// unreadable are the addresses whose lookup met a damaged page: the page
 	// may hold their records.
 	unreadable []netip.Addr
@@ -284,6 +296,7 @@ func salvage(f *store.LockedFile) salvaged {
 	}
 	_ = st.View(func(tx *store.Tx) error {
 		out.sets, _ = tx.RangeSets()
+		out.export, out.exported = tx.HostLocalExport()
 		return nil
 	})
 	walked := st.View(func(tx *store.Tx) error {

@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"context"
 	"os"
 	"testing"
 	"time"
@@ -46,4 +47,30 @@ func TestSweepHostLocalReleaseAuditedAsDaemon(t *testing.T) {
 	if !found {
 		t.Errorf("no %s audit entry: %+v", allocator.AuditHostLocalGone, e.audit())
 	}
+}
+
+// A store exported to host-local stays marked through a rebuild: a rebuild
+// during a rollback (the daemon's, of a store damaged meanwhile, or
+// `rebuild`) must not make the return skip the merge of what host-local
+// did. The rebuilt mark has no stamp, so the next write merges.
+func TestRebuildKeepsTheExportMark(t *testing.T) {
+	e := newSweepEnv(t)
+	r := e.alloc("sb-1", t0.Add(-time.Hour))
+	e.cri.set("sb-1", SandboxReady, r.IP)
+	exported := allocator.HostLocalExport{At: t0.Add(-time.Minute), Seen: allocator.DirStamp{Dev: 1, Ino: 2, Ctime: 3}}
+	e.update(func(tx *store.Tx) error { return tx.SetHostLocalExport(exported) })
+	list, err := e.cri.ListSandboxes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := RebuildStore(context.Background(), e.cri, e.path, testNet, list, testRanges, t0, RebuildAlways, allocator.ByDaemon); err != nil {
+		t.Fatal(err)
+	}
+	e.view(func(tx *store.Tx) error {
+		m, ok := tx.HostLocalExport()
+		if !ok || !m.At.Equal(exported.At) || m.Seen.Valid() {
+			t.Errorf("rebuilt store's export mark: %+v %v, want exported at %v without a stamp", m, ok, exported.At)
+		}
+		return nil
+	})
 }
