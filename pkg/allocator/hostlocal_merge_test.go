@@ -249,3 +249,35 @@ func TestSyncHostLocalWithoutExportIsMigrateOnce(t *testing.T) {
 		return err
 	})
 }
+
+// What SyncHostLocal adds to every plugin write: a store never exported
+// (one more key lookup than MigrateOnce), and an exported store whose
+// host-local directory is unchanged since its last merge (an lstat).
+func BenchmarkSyncHostLocal(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "net1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, exported := range []bool{false, true} {
+		name := "never-exported"
+		if exported {
+			name = "exported-unchanged"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := newMemStore()
+			s.migrated = true
+			if exported {
+				st, err := statDir(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.export = &HostLocalExport{Seen: st}
+			}
+			for b.Loop() {
+				if res, err := SyncHostLocal(s, dir, "net1", nil, ByPlugin, testTime); err != nil || res.Stamp.Valid() {
+					b.Fatalf("%+v %v: merged", res, err)
+				}
+			}
+		})
+	}
+}
