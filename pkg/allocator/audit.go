@@ -8,7 +8,7 @@ import (
 // AuditEvent is one release or reclaim kept in the store's bounded audit log.
 type AuditEvent struct {
 	Time        time.Time  `json:"time"`
-	Action      string     `json:"action"` // release, gc, reclaim, manual-release, rebuild, import
+	Action      string     `json:"action"` // one of the Audit* actions below
 	Reason      string     `json:"reason,omitempty"`
 	IP          netip.Addr `json:"ip,omitzero"`
 	ContainerID string     `json:"containerID,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -324,7 +325,7 @@ func importedRecord(f HostLocalFile, network string, sets []StoredRangeSet, now 
 }
 
 // hostLocalState is host-local's state as read from its directory: the
-// reservation files in name order, the round-robin points, and the
+// reservation files in address order, the round-robin points, and the
 // directory's stamp taken before anything was read (a change made while
 // the files are read makes the next SyncHostLocal merge again).
 type hostLocalState struct {
@@ -387,6 +388,7 @@ func readHostLocal(dir string) (hostLocalState, error) {
 		id, ifname, _ := strings.Cut(strings.TrimSpace(string(data)), hostLocalLineBreak)
 		st.files = append(st.files, HostLocalFile{IP: ip.Unmap(), ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifname)})
 	}
+	slices.SortFunc(st.files, func(a, b HostLocalFile) int { return a.IP.Compare(b.IP) })
 	return st, nil
 }
 
