@@ -238,8 +238,10 @@ type ImportResult struct {
 }
 
 // MergeOptions: By is who acts (the audit's By); RoundRobin makes
-// host-local's round-robin points replace the store's (host-local was in
-// charge since the store's were set) rather than fill only those missing.
+// host-local's round-robin points replace the store's when the merge finds
+// reservations the store did not hold (host-local was in charge and handed
+// out addresses since the store's points were set), rather than fill only
+// those missing.
 type MergeOptions struct {
 	By         string
 	RoundRobin bool
@@ -267,13 +269,6 @@ func MergeHostLocal(tx Store, dir, network string, sets []StoredRangeSet, o Merg
 	if err != nil {
 		return res, err
 	}
-	for i, ip := range st.last {
-		if cur, has := tx.LastReserved(i); !has || o.RoundRobin && cur != ip {
-			if err := tx.SetLastReserved(i, ip); err != nil {
-				return res, err
-			}
-		}
-	}
 	for _, f := range st.files {
 		held, damaged := tx.Lookup(f.IP)
 		switch DecideMerge(f, held, damaged) {
@@ -296,6 +291,17 @@ func MergeHostLocal(tx Store, dir, network string, sets []StoredRangeSet, o Merg
 				return res, err
 			}
 			res.Imported++
+		}
+	}
+	// host-local's round-robin points: where the store has none; with
+	// RoundRobin also over the store's, when host-local reserved something
+	// the store did not hold (its ADDs moved them; its DELs alone do not).
+	takeOver := o.RoundRobin && res.Imported+len(res.Conflicts) > 0
+	for i, ip := range st.last {
+		if cur, has := tx.LastReserved(i); !has || takeOver && cur != ip {
+			if err := tx.SetLastReserved(i, ip); err != nil {
+				return res, err
+			}
 		}
 	}
 	if res.Imported > 0 {

@@ -281,3 +281,47 @@ func BenchmarkSyncHostLocal(b *testing.B) {
 		})
 	}
 }
+
+// host-local's round-robin point replaces the store's only when a merge
+// finds reservations host-local made: a change that is only a DEL (podman
+// with a cached host-local config) does not move hostlease's point back.
+func TestSyncHostLocalRoundRobin(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "net1")
+	s := newStore(t)
+	update(t, s, func(tx Store) error {
+		if err := tx.MarkMigrated(testTime); err != nil {
+			return err
+		}
+		if err := tx.SetRangeSets([]StoredRangeSet{set(rng("10.0.0.0/24", "10.0.0.1", "10.0.0.254", "10.0.0.1"))}); err != nil {
+			return err
+		}
+		for _, ip := range []string{"10.0.0.2", "10.0.0.3"} {
+			if err := tx.Put(rec(ip, "c"+ip, "eth0")); err != nil {
+				return err
+			}
+		}
+		return tx.SetLastReserved(0, netip.MustParseAddr("10.0.0.3"))
+	})
+	update(t, s, func(tx Store) error {
+		_, err := ExportHostLocal(tx, dir, "net1", nil, ByCLI("export"), time.Now())
+		return err
+	})
+	sync := func() {
+		t.Helper()
+		update(t, s, func(tx Store) error { _, err := SyncHostLocal(tx, dir, "net1", nil, ByPlugin, time.Now()); return err })
+	}
+	point := func() string { ip, _ := s.LastReserved(0); return ip.String() }
+	sync()
+	// hostlease goes on; then host-local's DEL of c10.0.0.2 only.
+	update(t, s, func(tx Store) error { return tx.SetLastReserved(0, netip.MustParseAddr("10.0.0.40")) })
+	if err := os.Remove(filepath.Join(dir, "10.0.0.2")); err != nil {
+		t.Fatal(err)
+	}
+	sync()
+	eq(t, "round-robin point after a host-local DEL", point(), "10.0.0.40")
+	// host-local's ADD of .41.
+	os.WriteFile(filepath.Join(dir, "10.0.0.41"), []byte("n\r\neth0"), 0o600)
+	os.WriteFile(filepath.Join(dir, "last_reserved_ip.0"), []byte("10.0.0.41"), 0o600)
+	sync()
+	eq(t, "round-robin point after a host-local ADD", point(), "10.0.0.41")
+}
