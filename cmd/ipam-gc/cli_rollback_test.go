@@ -213,3 +213,38 @@ func TestAuditNamesWhoActed(t *testing.T) {
 		t.Errorf("rebuilt store's audit log: %+v, want a rebuild by cli:rebuild first", evs)
 	}
 }
+
+// After an export the plugin reads host-local's directory again, by the
+// same trust rules as at first use: a directory others can write is
+// refused. ADD then fails naming it (it cannot know what host-local handed
+// out); DEL still exits 0 and releases what the store holds.
+func TestExportedStoreRefusesUntrustedHostLocalState(t *testing.T) {
+	dataDir := t.TempDir()
+	n := ipamNet{name: "untr", dataDir: dataDir, rangeSets: subnets("10.82.0.0/24")}
+	a := add(t, n, "a")[0]
+	if r := gcExec(t, "export", "--data-dir", dataDir, "--network", n.name); r.code != 0 {
+		t.Fatalf("export:\n%s", r)
+	}
+	hl := filepath.Join(dataDir, n.name)
+	if err := os.Chmod(hl, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// Another file appears (host-local ran); the directory is writable by anyone.
+	if err := os.WriteFile(filepath.Join(hl, "10.82.0.9"), []byte("evil\r\neth0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cniTry(t, n, pluginCall{plugin: "hostlease", command: "ADD", containerID: "b"})
+	if err == nil || !strings.Contains(err.Error(), hl) || !strings.Contains(err.Error(), `"code": 5`) && !strings.Contains(err.Error(), `"code":5`) {
+		t.Errorf("ADD beside an untrusted host-local directory of an exported store: %v; want error 5 naming %s", err, hl)
+	}
+	if _, err := cniTry(t, n, pluginCall{plugin: "hostlease", command: "DEL", containerID: "a"}); err != nil {
+		t.Errorf("DEL: %v", err)
+	}
+	recs := (&fixture{dir: dataDir}).records(t, n.name)
+	if r, ok := recs[a]; ok {
+		t.Errorf("DEL of a left %s held: %+v", a, r)
+	}
+	if r, ok := recs[netip.MustParseAddr("10.82.0.9")]; ok {
+		t.Errorf("the untrusted directory's file was imported: %+v", r)
+	}
+}
