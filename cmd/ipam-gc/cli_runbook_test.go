@@ -55,7 +55,9 @@ func runRunbook(t *testing.T, line, network, dataDir string) string {
 	buildBinaries(t)
 	cmd := exec.Command("/bin/sh", "-c", line)
 	cmd.Env = []string{"PATH=" + binDir + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + t.TempDir(),
-		"NETWORK=" + network, "DATA_DIR=" + dataDir}
+		// The network's ipam config sets dataDir: the store and
+		// host-local's files are both under it.
+		"NETWORK=" + network, "DATA_DIR=" + dataDir, "HOST_LOCAL_DIR=" + dataDir}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
