@@ -121,7 +121,7 @@ func TestExitCodesDocumentedInHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"list", "--help"}, {"status", "-h"}, {"leaks", "--help"}, {"release", "--help"},
 		{"export", "--help"}, {"import", "--help"}, {"rebuild", "--help"}, {"audit", "--help"}} {
 		r := gcExec(t, args...)
-		for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read"} {
+		for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read", "4  import done"} {
 			if r.code != 0 || !strings.Contains(r.stderr, want) {
 				t.Errorf("%q: want exit 0 and %q in the help\n%s", args, want, r)
 				break
@@ -132,7 +132,7 @@ func TestExitCodesDocumentedInHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## CLI", "Exit status", "| 3 |"} {
+	for _, want := range []string{"## CLI", "Exit status", "| 3 |", "| 4 |"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("docs/runbook.md has no %q", want)
 		}

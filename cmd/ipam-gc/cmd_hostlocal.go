@@ -50,8 +50,10 @@ func parseHostLocalArgs(name string, args []string, stderr io.Writer) (*hostLoca
 	return a, nil
 }
 
-// cmdImport imports host-local's state for a network into its store. Addresses
-// already in the store are kept as they are.
+// cmdImport merges host-local's state for a network into its store
+// (allocator.ImportNow): reservations the store does not hold are imported;
+// an address the store holds for another attachment is a conflict, kept
+// for the store's holder, printed one line each (exit 4).
 func cmdImport(args []string, stdout, stderr io.Writer) error {
 	a, err := parseHostLocalArgs("import", args, stderr)
 	if err != nil {
@@ -68,12 +70,12 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("no host-local state for network %s: %s: %w (host-local's data dir is --host-local-dir)", a.network, src, unwrapPathErr(err))
 	}
 	d.Close()
-	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second})
+	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second, By: allocator.ByCLI("import")})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	n := 0
+	var res allocator.ImportResult
 	err = st.Update(func(tx *store.Tx) error {
 		sets, err := tx.RangeSets()
 		if err != nil {
@@ -82,28 +84,52 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		if err := tx.SetNetwork(a.network); err != nil {
 			return err
 		}
-		n, err = allocator.ImportHostLocal(tx, src, a.network, sets, time.Now())
-		if err != nil {
-			return err
-		}
-		return tx.MarkMigrated(time.Now())
+		res, err = allocator.ImportNow(tx, src, a.network, sets, allocator.ByCLI("import"), time.Now())
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	printf(stdout, "imported %d reservation(s) from %s into %s", n, src, st.Path())
+	printConflicts(stdout, res.Conflicts)
+	printf(stdout, "imported %d reservation(s) from %s into %s; %d already held for the same attachment; %d conflict(s)",
+		res.Imported, src, st.Path(), res.Same, len(res.Conflicts))
+	if len(res.Conflicts) > 0 {
+		return conflictErr(len(res.Conflicts))
+	}
 	return nil
 }
 
+// printConflicts prints one line per conflict: the address, the attachment
+// host-local's file names, and whom the store holds it for.
+func printConflicts(stdout io.Writer, conflicts []allocator.ImportConflict) {
+	for _, c := range conflicts {
+		holder := "container %s ifname %s"
+		if c.Damaged {
+			holder = "a damaged record of container %s ifname %s (as far as readable)"
+		}
+		printf(stdout, "conflict %s: host-local's file names container %s ifname %s; the store holds it for "+holder+": kept reserved for the store's holder, not handed out",
+			c.File.IP, orDash(c.File.ContainerID), orDash(c.File.IfName), orDash(c.StoreContainerID), orDash(c.StoreIfName))
+	}
+}
+
+// conflictErr is the error (exit 4) of a command that found n conflicts.
+func conflictErr(n int) error {
+	return fmt.Errorf("%w: %d address(es) host-local's files name are held in the store for another attachment (listed above; audited as %s)",
+		errConflict, n, allocator.AuditImportConflict)
+}
+
 // cmdExport writes a store back in host-local's format, for rolling back:
-// into the directory host-local will read with the same ipam config.
+// into the directory host-local will read with the same ipam config. The
+// store is marked exported in the same transaction, under its write lock:
+// from then on every plugin write merges what host-local changes there
+// (allocator.SyncHostLocal).
 func cmdExport(args []string, stdout, stderr io.Writer) error {
 	a, err := parseHostLocalArgs("export", args, stderr)
 	if err != nil {
 		return err
 	}
 	path := store.FilePath(a.dataDir, a.network)
-	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	st, err := store.Open(path, store.OpenOptions{LockTimeout: 10 * time.Second, By: allocator.ByCLI("export")})
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no store for network %s: %s does not exist", a.network, path)
 	}
@@ -112,9 +138,9 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	}
 	defer st.Close()
 	dst := allocator.HostLocalDir(a.hlBase, a.network)
-	n := 0
+	var res allocator.ExportResult
 	var damaged []allocator.DamagedRecord
-	err = st.View(func(tx *store.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		// A damaged record's address is still reserved: host-local must not
 		// hand it out either. Its owner, as far as readable, goes in the
 		// file (host-local's DEL of that owner then frees it).
@@ -125,23 +151,31 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 			if d.ContainerID == "" {
-				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: "hostlease-damaged-record"})
+				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: allocator.DamagedPlaceholder})
 			} else {
 				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: d.ContainerID, IfName: d.IfName})
 			}
 		}
-		n, err = allocator.ExportHostLocal(tx, dst, extra)
+		res, err = allocator.ExportHostLocal(tx, dst, a.network, extra, allocator.ByCLI("export"), time.Now())
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	printf(stdout, "exported %d reservation(s) to %s", n, dst)
+	if m := res.Merged; m.Imported > 0 || len(m.Conflicts) > 0 {
+		printConflicts(stdout, m.Conflicts)
+		printf(stdout, "merged host-local's changes since the last export first: imported %d reservation(s); %d conflict(s) (their files left as they are)",
+			m.Imported, len(m.Conflicts))
+	}
+	printf(stdout, "exported %d reservation(s) to %s", res.Written, dst)
 	if !a.hlGiven && a.hlBase != allocator.DefaultHostLocalDir {
 		printf(stdout, "host-local reads them with \"dataDir\": %q in the network's ipam config (as hostlease did)", a.hlBase)
 	}
 	if len(damaged) > 0 {
 		return fmt.Errorf("%w: %d damaged record(s) exported as reservations of their owner as far as readable", errDamaged, len(damaged))
+	}
+	if len(res.Merged.Conflicts) > 0 {
+		return conflictErr(len(res.Merged.Conflicts))
 	}
 	return nil
 }

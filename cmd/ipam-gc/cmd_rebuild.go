@@ -85,7 +85,7 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 	if *force {
 		when = gc.RebuildAlways
 	}
-	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, *network, sandboxes, sets, time.Now().UTC(), when)
+	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, *network, sandboxes, sets, time.Now().UTC(), when, allocator.ByCLI("rebuild"))
 	if err != nil {
 		return err
 	}

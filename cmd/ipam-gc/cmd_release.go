@@ -110,13 +110,13 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 	}
 	released, changed := 0, 0
 	for _, t := range targets {
-		st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: cliLockTimeout})
+		st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: cliLockTimeout, By: allocator.ByCLI("release")})
 		if err != nil {
 			return fmt.Errorf("network %s: %w", t.network, err)
 		}
 		err = st.Update(func(tx *store.Tx) error {
 			release := func(ip netip.Addr) error {
-				if _, err := allocator.ReleaseIP(tx, ip, "hostlease-gc release", "operator", now); err != nil {
+				if _, err := allocator.ReleaseIP(tx, ip, "hostlease-gc release", allocator.ByCLI("release"), now); err != nil {
 					return err
 				}
 				released++

@@ -54,17 +54,20 @@ func cmdAdd(args *skel.CmdArgs) error {
 	var aerr *types.Error
 	var notes txNotes
 	imported := 0
+	var conflicts []allocator.ImportConflict
 	err = s.Update(func(tx *store.Tx) error {
 		hlDir := allocator.HostLocalDir(c.HostLocalDir, c.Network)
-		n, err := allocator.MigrateOnce(tx, hlDir, c.Network, c.RangeSets, req.Now)
+		// Host-local's state on first use, and whatever host-local did
+		// since an export, before any address is chosen.
+		merged, err := allocator.SyncHostLocal(tx, hlDir, c.Network, c.RangeSets, allocator.ByPlugin, req.Now)
 		if err != nil {
 			return err
 		}
-		imported = n
+		imported, conflicts = merged.Imported, merged.Conflicts
 		// While imported host-local records remain, those whose file
 		// host-local's own DEL removed are released (one cursor step once
 		// none remain).
-		if vanished, err = allocator.ReleaseVanishedHostLocal(tx, hlDir, req.Now); err != nil {
+		if vanished, err = allocator.ReleaseVanishedHostLocal(tx, hlDir, allocator.ByPlugin, req.Now); err != nil {
 			return err
 		}
 		recs, aerr = allocator.Allocate(tx, req)
@@ -87,6 +90,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		if imported > 0 {
 			log().Info("imported host-local reservations", "count", imported)
 		}
+		logConflicts(log, conflicts)
 		for _, r := range vanished {
 			log().Info("released an imported host-local reservation whose file host-local removed", "ip", r.IP, "heldBy", r.ContainerID)
 		}

@@ -150,7 +150,7 @@ func (j *deathJudge) release(tx Store, recs []*Record, exhausted bool, now time.
 		if err := tx.DeleteRecord(r); err != nil {
 			return err
 		}
-		ev := auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), Why{Reason: reason, By: "plugin"}, now)
+		ev := auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), Why{Reason: reason, By: ByPlugin}, now)
 		ev.PodUID = r.PodUID
 		if err := tx.Audit(ev); err != nil {
 			return err

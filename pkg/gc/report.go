@@ -95,7 +95,7 @@ const EventAddressReleasedByPlugin = "AddressReleasedByPlugin"
 // (a log whose sequences restarted below it is read whole again:
 // Tx.AuditSince).
 func markAuditReported(path string, seq uint64) error {
-	st, err := store.Open(path, store.OpenOptions{LockTimeout: storeLockTimeout})
+	st, err := store.Open(path, store.OpenOptions{LockTimeout: storeLockTimeout, By: allocator.ByDaemon})
 	if err != nil {
 		return err
 	}

@@ -126,7 +126,7 @@ func (tx *Tx) RepairIndexes(why string, now time.Time) (allocator.IndexRepair, e
 		return r, nil
 	}
 	tx.repairs = append(tx.repairs, r)
-	return r, tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditIndexRepair, Reason: r.String(), By: "hostlease"})
+	return r, tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditIndexRepair, Reason: r.String(), By: tx.actor()})
 }
 
 // compareIndexes does VerifyIndexes and, with fix, RepairIndexes' writes

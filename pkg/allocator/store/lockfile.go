@@ -50,6 +50,9 @@ type LockOptions struct {
 	Exclusive bool
 	// Timeout bounds the whole wait, retries included (default 10s).
 	Timeout time.Duration
+	// By names who acts, as OpenOptions.By (the stores Store and Replace
+	// open).
+	By string
 }
 
 // LockedFile is a store file opened without following a symlink, flocked,
@@ -71,6 +74,7 @@ type LockedFile struct {
 	db      *bolt.DB
 	view    *Store
 	viewErr error
+	by      string
 }
 
 // LockFile opens the file at path (read-only, never through a symlink: a
@@ -93,6 +97,7 @@ func LockFile(path string, o LockOptions) (*LockedFile, error) {
 	l, err := lockAt(dir, path, os.O_RDONLY, o.Exclusive, time.Now().Add(timeout))
 	if err == nil {
 		l.ownDir = true
+		l.by = o.By
 		return l, nil
 	}
 	dir.Close()
@@ -208,7 +213,7 @@ func (l *LockedFile) Store() (s *Store, err error) {
 		return nil, classifyOpenError(l.path, "open", err)
 	}
 	l.db = db
-	s = &Store{db: db, path: l.path, file: dup, held: true}
+	s = &Store{db: db, path: l.path, file: dup, held: true, by: l.by}
 	if err := s.checkReadable(); err != nil {
 		l.viewErr = err
 		return nil, err
@@ -298,6 +303,7 @@ func (l *LockedFile) Replace(fill func(*Tx) error) error {
 		return err
 	}
 	defer tmp.Abort()
+	st.by = l.by
 	st.path = l.path // errors name the store
 	err = st.Update(fill)
 	if cerr := st.Close(); err == nil {
