@@ -52,3 +52,26 @@ func TestBlamesNetwork(t *testing.T) {
 		t.Errorf("splitBlame = %v / %v", network, runtime)
 	}
 }
+
+// The two 403s of the daemon's Event creation as the audit log records them:
+// RBAC's and the namespace lifecycle admission's.
+func TestRefusedByAuth(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       bool
+	}{
+		{"namespace terminating", `{"auditID":"a","verb":"create","responseStatus":{"status":"Failure","reason":"Forbidden","details":{"name":"hostlease-","kind":"events","causes":[{"reason":"NamespaceTerminating","message":"namespace e2e-migrate is being terminated","field":"metadata.namespace"}]},"code":403},"annotations":{"authorization.k8s.io/decision":"allow"}}`, false},
+		{"rbac", `{"auditID":"b","verb":"create","responseStatus":{"status":"Failure","reason":"Forbidden","code":403},"annotations":{"authorization.k8s.io/decision":"forbid"}}`, true},
+		{"403 without annotations", `{"auditID":"c","verb":"list","responseStatus":{"code":403}}`, true},
+		{"401", `{"auditID":"d","verb":"list","responseStatus":{"code":401}}`, true},
+		{"ok", `{"auditID":"e","verb":"list","responseStatus":{"code":200},"annotations":{"authorization.k8s.io/decision":"allow"}}`, false},
+	} {
+		var e auditEvent
+		if err := json.Unmarshal([]byte(tc.line), &e); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.refusedByAuth(); got != tc.want {
+			t.Errorf("%s: refusedByAuth = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
