@@ -30,7 +30,7 @@ type auditEvent struct {
 		} `json:"details"`
 	} `json:"responseStatus"`
 	Annotations              map[string]string `json:"annotations"`
-	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	RequestReceivedTimestamp time.Time         `json:"requestReceivedTimestamp"`
 }
 
 // gcRequests returns the daemon's requests in the audit log (one per
