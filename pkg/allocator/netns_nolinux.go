@@ -1,0 +1,13 @@
+//go:build !linux
+
+package allocator
+
+import "errors"
+
+// fileHandle: no file handles here (every DirID is Weak).
+func fileHandle(string) FileHandle { return "" }
+
+// ReadNetnsHolders: network namespaces are Linux's.
+func ReadNetnsHolders(string) (NetnsHolders, error) {
+	return nil, errors.New("network namespaces are not read on this system")
+}
