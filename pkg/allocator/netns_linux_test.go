@@ -96,3 +96,13 @@ bad line
 		}
 	}
 }
+
+// The walk an ADD makes only when it is about to release a record, and the
+// daemon once a sweep that would reclaim one.
+func BenchmarkReadNetnsHolders(b *testing.B) {
+	for b.Loop() {
+		if _, err := ReadNetnsHolders("/proc"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
