@@ -59,10 +59,10 @@ func (OSNetnsView) Lstat(path string) error {
 //
 // A record is released only when its netns is torn down as the plugin sees
 // it: the evidence is NetnsProvable and the path is absent (ENOENT; any
-// other error is doubt); the caller has checked that nothing holds its
-// namespace (NetnsGone: NetnsHeld or NetnsHoldersUnseen keep it). Then it goes when it is another sandbox of the
-// ADD's own pod (same non-empty pod UID, another container ID), or, on an
-// exhausted range set, whoever held it. The ADD's own container and records
+// other error is doubt), and nothing holds its namespace (the caller
+// applies NetnsGone: NetnsHeld or NetnsHoldersUnseen keep it). Then it goes
+// when it is another sandbox of the ADD's own pod (same non-empty pod UID,
+// another container ID), or, on an exhausted range set, whoever held it. The ADD's own container and records
 // imported from host-local are never released here.
 func PluginReleases(r *Record, add Owner, exhausted bool, ev NetnsEvidence, netnsErr error) string {
 	switch {

@@ -265,3 +265,44 @@ func undoAdd(tx Store, containerID string) error {
 	}
 	return nil
 }
+
+// The walk for namespaces still held is made only when a record is about to
+// be released, once per ADD however many are: an ADD that frees nothing
+// (live sandboxes, doubtful records) never walks /proc.
+func TestAllocateWalksHoldersOnlyToRelease(t *testing.T) {
+	small := set(rng("10.0.0.0/29", "10.0.0.2", "10.0.0.4", "10.0.0.1")) // 3 addresses
+	v := &fakeView{dirs: map[string]DirID{"/run/netns": runNetns}, exists: map[string]bool{}}
+	s := newStore(t)
+	alloc := func(o Owner) error {
+		t.Helper()
+		var err error
+		update(t, s, func(tx Store) error {
+			if _, aerr := Allocate(tx, AllocateRequest{Network: "net", RangeSets: []StoredRangeSet{small}, Owner: o, Now: time.Unix(1, 0), View: v}); aerr != nil {
+				err = aerr
+			}
+			return nil
+		})
+		return err
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		ns := "/run/netns/" + id
+		v.exists[ns] = true
+		if err := alloc(podOwner(id, "uid-"+id, ns)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Full, every sandbox live: exhaustion, no walk.
+	v.exists["/run/netns/d"] = true
+	if err := alloc(podOwner("d", "uid-d", "/run/netns/d")); err == nil {
+		t.Fatal("a full pool of live sandboxes gave an address")
+	}
+	eq(t, "walks with nothing to release", v.walks, 0)
+	// Two die: the next ADD frees both (one taken, one free) with one walk.
+	delete(v.exists, "/run/netns/a")
+	delete(v.exists, "/run/netns/b")
+	if err := alloc(podOwner("d", "uid-d", "/run/netns/d")); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "walks of an ADD that released two records", v.walks, 1)
+	eq(t, "records", s.count(), 2)
+}
