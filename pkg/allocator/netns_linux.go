@@ -13,15 +13,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fileHandle is path's file handle (name_to_handle_at(2), links followed),
-// or "" when its filesystem gives none.
+// fileHandle is path's file handle, or "" when it cannot be read.
 func fileHandle(path string) FileHandle {
+	h, _ := ReadFileHandle(path)
+	return h
+}
+
+// ReadFileHandle reads path's file handle (name_to_handle_at(2), links
+// followed). It fails on a filesystem that gives none (EOPNOTSUPP) and where
+// a seccomp profile forbids the call (EPERM: containerd's RuntimeDefault
+// before 1.6.22/1.7.3 without CAP_SYS_ADMIN).
+func ReadFileHandle(path string) (FileHandle, error) {
 	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
 	if err != nil {
-		return ""
+		return "", &os.PathError{Op: "name_to_handle_at", Path: path, Err: err}
 	}
 	b := binary.LittleEndian.AppendUint32(nil, uint32(h.Type()))
-	return FileHandle(append(b, h.Bytes()...))
+	return FileHandle(append(b, h.Bytes()...)), nil
 }
 
 // ReadNetnsHolders reads, from procDir (the node's /proc in the judge's

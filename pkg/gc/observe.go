@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -148,10 +149,16 @@ func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes [
 	return s.sandboxUses(ctx, rep.CRI, sandboxes, rep.Networks)
 }
 
-// netnsDirView stats --netns-dir once for the sweep.
+// netnsDirView stats --netns-dir once for the sweep. A directory whose file
+// handle cannot be read is unseen: its device and inode alone prove nothing
+// (allocator.DirID), and the reason is the operator's to fix.
 func (s *Sweeper) netnsDirView() NetnsDirView {
 	v := NetnsDirView{Dir: s.Opts.NetnsDir}
 	v.ID, v.Err = allocator.DirIDOf(v.Dir)
+	if v.Err == nil && v.ID.Handle == "" {
+		_, herr := allocator.ReadFileHandle(v.Dir)
+		v.ID, v.Err = allocator.DirID{}, fmt.Errorf("no file handle (%v): its device and inode alone do not tell it from a directory or tmpfs made in its place; the daemon needs name_to_handle_at(2) (containerd 1.6.22/1.7.3 or later allow it under RuntimeDefault) and a filesystem that gives handles (tmpfs, ext4, xfs, btrfs)", herr)
+	}
 	return v
 }
 
