@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // DefaultNetnsDebounce gathers the removals of one teardown burst into one
@@ -146,12 +145,14 @@ func (d *Daemon) sweep(ctx context.Context, why string) {
 		"reclaimed", reclaimed, "duration", rep.Duration)
 }
 
-// Handler serves /metrics (at most metricsInFlight at once, 503 beyond);
-// /healthz fails when no sweep finished for three intervals (a wedged loop);
+// Handler serves /metrics (scrapeHandler: one rendering shared by the
+// scrapes of a second, at most metricsPerClient in flight per client
+// address, 503 beyond); /healthz and /readyz share nothing with it (no
+// slot, no lock: a probe never waits behind a scrape). /healthz fails when no sweep finished for three intervals (a wedged loop);
 // /readyz succeeds once a sweep reached CRI.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{MaxRequestsInFlight: metricsInFlight}))
+	mux.Handle("/metrics", newScrapeHandler(d.Registry))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		last := time.Unix(0, d.lastSweep.Load())
 		if d.lastSweep.Load() != 0 && time.Since(last) > 3*d.Sweeper.Opts.Interval+2*criTimeout {
