@@ -38,6 +38,9 @@ type Daemon struct {
 	// httpShed counts connections the listener closed to stay within
 	// --http-max-connections.
 	httpShed prometheus.Counter
+	// scrapes serves /metrics (made by Handler); a finished sweep discards
+	// its rendering.
+	scrapes atomic.Pointer[scrapeHandler]
 
 	lastSweep atomic.Int64 // unix nanos of the last finished sweep
 	ready     atomic.Bool  // a sweep has reached CRI
@@ -129,6 +132,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 func (d *Daemon) sweep(ctx context.Context, why string) {
 	rep := d.Sweeper.Sweep(ctx)
+	if h := d.scrapes.Load(); h != nil {
+		h.cache.invalidate()
+	}
 	d.lastSweep.Store(time.Now().UnixNano())
 	if rep.CRI.Complete {
 		d.ready.Store(true)
@@ -152,7 +158,9 @@ func (d *Daemon) sweep(ctx context.Context, why string) {
 // /readyz succeeds once a sweep reached CRI.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", newScrapeHandler(d.Registry))
+	sh := newScrapeHandler(d.Registry)
+	d.scrapes.Store(sh)
+	mux.Handle("/metrics", sh)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		last := time.Unix(0, d.lastSweep.Load())
 		if d.lastSweep.Load() != 0 && time.Since(last) > 3*d.Sweeper.Opts.Interval+2*criTimeout {

@@ -20,11 +20,12 @@ import (
 const metricsPerClient = 2
 
 // metricsMaxAge is how old a rendering of the metrics served to a scrape may
-// be: scrapes within it share one gathering. The series of a sweep change
-// only at a sweep (at most once a second); the Go and process collectors are
-// read at most this long before the scrape. Prometheus scrapes a target at
-// most once per its scrape interval (at least 1 s in practice), so one
-// Prometheus never gets its own previous rendering.
+// be: scrapes within it share one gathering. A finished sweep discards the
+// rendering (scrapeCache.invalidate), so a scrape always has the last
+// sweep's series; the Go and process collectors are read at most this long
+// before the scrape. Prometheus scrapes a target at most once per its scrape
+// interval (at least 1 s in practice), so one Prometheus never gets its own
+// previous rendering.
 const metricsMaxAge = time.Second
 
 // scrapeHandler serves /metrics from a rendering shared by concurrent
@@ -111,6 +112,7 @@ type scrapeCache struct {
 	now    func() time.Time
 
 	mu       sync.Mutex
+	gen      uint64     // bumped by invalidate
 	last     *rendering // the latest finished
 	inflight *rendering // in progress, or nil
 }
@@ -118,6 +120,7 @@ type scrapeCache struct {
 // rendering is one gathering of every series, encoded; immutable once done
 // is closed.
 type rendering struct {
+	gen  uint64    // the cache's generation when its gathering started
 	at   time.Time // when its gathering started
 	done chan struct{}
 	text []byte
@@ -127,24 +130,37 @@ type rendering struct {
 
 func (c *scrapeCache) get() *rendering {
 	c.mu.Lock()
-	if r := c.inflight; r != nil {
+	if r := c.inflight; r != nil && r.gen == c.gen {
 		c.mu.Unlock()
 		<-r.done
 		return r
 	}
-	if r := c.last; r != nil && r.err == nil && c.now().Sub(r.at) < c.maxAge {
+	if r := c.last; r != nil && r.gen == c.gen && r.err == nil && c.now().Sub(r.at) < c.maxAge {
 		c.mu.Unlock()
 		return r
 	}
-	r := &rendering{at: c.now(), done: make(chan struct{})}
+	r := &rendering{gen: c.gen, at: c.now(), done: make(chan struct{})}
 	c.inflight = r
 	c.mu.Unlock()
 	r.text, r.gzip, r.err = render(c.g)
 	c.mu.Lock()
-	c.inflight, c.last = nil, r
+	if c.inflight == r {
+		c.inflight = nil
+	}
+	if c.last == nil || c.last.gen <= r.gen {
+		c.last = r
+	}
 	c.mu.Unlock()
 	close(r.done)
 	return r
+}
+
+// invalidate discards the renderings made so far: the next scrape gathers
+// anew (a sweep has changed the series).
+func (c *scrapeCache) invalidate() {
+	c.mu.Lock()
+	c.gen++
+	c.mu.Unlock()
 }
 
 // render gathers g and encodes it in the text format, plain and gzipped.
