@@ -150,7 +150,8 @@ func headerSize(r *http.Request) int {
 //
 // The choice is per client address first: the connection shed belongs to
 // the new connection's address when that address is at perClient, else to
-// the address holding the most connections. A flood from one address (or
+// the address holding the most connections (of those it may shed). A
+// flood from one address (or
 // a few) therefore only ever sheds its own connections, and a client with
 // another address — the kubelet probing from the node's address,
 // Prometheus from its pod — keeps its place however fast the flood
@@ -161,9 +162,9 @@ func headerSize(r *http.Request) int {
 // is the last its address gives up, so a flood from the kubelet's own
 // address (a hostNetwork pod) sheds its own connections that hold a
 // response or sit idle before the probe's. A connection serving a probe
-// (/healthz, /readyz: answered at once, from memory) is never shed: when it
-// would be, the new connection is closed instead. States are ordered by a
-// counter, not a clock.
+// (/healthz, /readyz: answered at once, from memory) is never shed; when
+// only such connections could be, the new connection is closed instead.
+// States are ordered by a counter, not a clock.
 type connCap struct {
 	net.Listener
 	max       int
@@ -251,8 +252,7 @@ func (c *connCap) Accept() (net.Conn, error) {
 }
 
 // choose marks and returns the held connection to shed for conn, conn
-// itself when that would be one still within newConnGrace, or nil when
-// there is room.
+// itself when every candidate serves a probe, or nil when there is room.
 func (c *connCap) choose(conn net.Conn) net.Conn {
 	src := clientIP(conn)
 	c.mu.Lock()
@@ -275,7 +275,7 @@ func (c *connCap) choose(conn net.Conn) net.Conn {
 	var victim net.Conn
 	var v *heldConn
 	for k, h := range c.conns {
-		if h.closing || (only != "" && h.src != only) {
+		if h.closing || h.probe || (only != "" && h.src != only) {
 			continue
 		}
 		if v == nil || shedBefore(h, v, perSrc) {
@@ -283,22 +283,17 @@ func (c *connCap) choose(conn net.Conn) net.Conn {
 		}
 	}
 	if v == nil {
-		return nil
-	}
-	if v.probe {
-		return conn
+		return conn // every candidate serves a probe
 	}
 	v.closing = true
 	return victim
 }
 
 // shedRank orders connections within an address: idle first, then being
-// served, then waiting for the request header (as a probe does at first),
-// and serving a probe last.
+// served, then waiting for the request header (as a probe does at first).
+// One serving a probe is not a candidate (choose).
 func shedRank(h *heldConn) int {
 	switch {
-	case h.probe:
-		return 3
 	case h.state == http.StateIdle:
 		return 0
 	case h.state == http.StateActive:

@@ -67,6 +67,7 @@ func TestConnCapChoose(t *testing.T) {
 		{"full: the biggest holder's idle", 3, 3, []held{{"a", http.StateActive, false}, {"b", http.StateActive, false}, {"b", http.StateIdle, false}}, "c", 2},
 		{"per-client cap with room left: its own", 10, 2, []held{{"b", http.StateIdle, false}, {"b", http.StateIdle, false}, {"b", http.StateIdle, false}, {"a", http.StateNew, false}, {"a", http.StateActive, false}}, "a", 4},
 		{"per-client cap: a probe kept, the new one closed", 10, 1, []held{{"n", http.StateActive, true}}, "n", -2},
+		{"full, the biggest holder serving probes only: another's idle", 3, 3, []held{{"n", http.StateActive, true}, {"n", http.StateActive, true}, {"b", http.StateIdle, false}}, "c", 2},
 		{"full of probes: the new one closed", 2, 2, []held{{"n", http.StateActive, true}, {"m", http.StateActive, true}}, "p", -2},
 		{"a probe kept, a flood's new connection closed first", 2, 2, []held{{"n", http.StateActive, true}, {"n", http.StateNew, false}}, "n", 1},
 	}
