@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hostlease/hostlease/internal/trustfs"
@@ -28,6 +29,14 @@ func hostLocalFileName(ip netip.Addr) string { return ip.String() }
 
 // HostLocalDir is where host-local keeps a network's state under dir.
 func HostLocalDir(dir, network string) string { return filepath.Join(dir, network) }
+
+// NoHostLocalDir reports whether err, from opening a network's host-local
+// directory, says the directory cannot exist: its name is longer than a file
+// name may be (ENAMETOOLONG). host-local names the directory after the
+// network, so it could never have kept state for such a network: there is
+// nothing to import, and nowhere to export to. (Its store has a shortened
+// name: store.FilePath.)
+func NoHostLocalDir(err error) bool { return errors.Is(err, syscall.ENAMETOOLONG) }
 
 // HostLocalBaseFor is host-local's data dir for a network whose store lives
 // under storeDir, by the rule the plugin's config follows: an ipam dataDir D
@@ -69,7 +78,7 @@ func MigrateOnce(tx Store, dir, network string, sets []StoredRangeSet, now time.
 // files would let them reserve or shape this network's addresses.
 func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
 	d, err := trustfs.OpenDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) || NoHostLocalDir(err) {
 		return 0, nil
 	}
 	if trustfs.IsUntrusted(err) {

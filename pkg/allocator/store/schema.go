@@ -31,8 +31,15 @@ func (s *Store) init() (err error) {
 		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
 		}
+		faults := rootFaults(btx)
+		if err := rootError(s.path, faults, false); err != nil {
+			return err
+		}
 		if err := checkSchema(btx, s.path); err != nil || btx.Bucket(bucketAllocs) == nil {
 			return err // refused, or a new file: initialise it
+		}
+		if len(faults) > 0 {
+			return nil // plain values where derived buckets belong: initialise repairs them
 		}
 		for _, b := range derivedBuckets {
 			if btx.Bucket(b) == nil {
@@ -91,7 +98,15 @@ func checkSchema(btx *bolt.Tx, path string) error {
 func (s *Store) initialise() (err error) {
 	defer recoverDamaged(&err, s.path)
 	return s.db.Update(func(btx *bolt.Tx) error {
+		faults := rootFaults(btx)
+		if err := rootError(s.path, faults, false); err != nil {
+			return err
+		}
 		if err := checkSchema(btx, s.path); err != nil {
+			return err
+		}
+		repaired, err := repairRoots(btx, faults)
+		if err != nil {
 			return err
 		}
 		fresh := btx.Bucket(bucketAllocs) == nil
@@ -122,8 +137,10 @@ func (s *Store) initialise() (err error) {
 			}
 		}
 		// The taken bitmap, the owner and pod indexes and the records count.
-		_, err := tx.RepairIndexes("open: a derived index or the records count was missing", time.Now())
-		return err
+		if _, err := tx.RepairIndexes("open: a derived index or the records count was missing", time.Now()); err != nil {
+			return err
+		}
+		return tx.auditRootRepair(repaired, time.Now())
 	})
 }
 
@@ -138,6 +155,14 @@ func (s *Store) checkReadable() (err error) {
 		// truncated file no longer has.
 		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
+		}
+		// The root page's entries: a read-only open repairs nothing, so
+		// any damage there is reported (the rebuild's own view, held,
+		// reads on: RootDamage).
+		if !s.held {
+			if err := rootError(s.path, rootFaults(btx), true); err != nil {
+				return err
+			}
 		}
 		if btx.Bucket(bucketMeta) == nil || btx.Bucket(bucketAllocs) == nil {
 			return fmt.Errorf("%w: %s lacks its buckets", ErrUnreadable, s.path)
