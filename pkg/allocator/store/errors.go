@@ -227,3 +227,18 @@ func unwrapPath(err error) error {
 	}
 	return err
 }
+
+// structureDamage turns bbolt's verdicts on the file's structure that a
+// transaction meets (a plain value where a bucket is expected or the
+// reverse: ErrIncompatibleValue; an invalid or corrupt page) into
+// ErrPageDamaged, so that every caller sorts them as damage (DEL exits 0);
+// any other error is returned as it is.
+func structureDamage(path string, err error) error {
+	switch {
+	case err == nil || IsDamage(err):
+		return err
+	case errors.Is(err, berrors.ErrIncompatibleValue), errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum):
+		return fmt.Errorf("%w: %s: %v", ErrPageDamaged, path, err)
+	}
+	return err
+}

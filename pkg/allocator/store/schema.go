@@ -97,6 +97,7 @@ func checkSchema(btx *bolt.Tx, path string) error {
 // told to rebuild.
 func (s *Store) initialise() (err error) {
 	defer recoverDamaged(&err, s.path)
+	defer func() { err = structureDamage(s.path, err) }()
 	return s.db.Update(func(btx *bolt.Tx) error {
 		faults := rootFaults(btx)
 		if err := rootError(s.path, faults, false); err != nil {
