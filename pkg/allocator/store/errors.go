@@ -15,7 +15,8 @@ import (
 //
 //   - ErrUnreadable (damage found at open): the file is not a usable
 //     store: empty, truncated, not a bbolt file, a bad meta page or checksum,
-//     a root page or meta bucket bbolt panics on. The daemon
+//     a root page or meta bucket bbolt panics on, a damaged entry of the
+//     root page that no open repairs in place (roots.go). The daemon
 //     sets it aside and rebuilds it; ADD refuses (CNI 11: the rebuild is on
 //     its way); DEL treats it as nothing to release.
 //   - ErrPageDamaged (damage met later): the store opened, but a page a
