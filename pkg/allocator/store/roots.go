@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -36,10 +38,14 @@ import (
 //     daemon sets the store aside and rebuilds it from the runtime and the
 //     records that still read (gc.RebuildStore); ADD answers CNI 11, DEL
 //     exits 0 and releases nothing until then.
-//   - A read-only open (the CLI, the daemon's sweep) reports either as
-//     ErrUnreadable, so that `status` and the daemon see it and `rebuild`
-//     repairs it; LockedFile.Store, the rebuild's own view, reads on and
-//     leaves the verdict to RootDamage.
+//   - A read-only open refuses what no open repairs (ErrUnreadable) and
+//     reads a derived bucket turned plain value as a missing one (the
+//     plugin's CHECK and STATUS serve). Whoever reports a store's health
+//     (the CLI's status, list and rebuild, the daemon's sweep) asks
+//     RootDamage, which reports both as ErrUnreadable: status shows it, the
+//     daemon sets the store aside and rebuilds it, `rebuild` repairs it
+//     without --force. LockedFile.Store, the rebuild's own view, refuses
+//     neither and leaves the verdict to RootDamage.
 
 // rootBuckets are the buckets a store of this schema may have.
 var rootBuckets = [][]byte{bucketMeta, bucketAllocs, bucketTaken, bucketOwners, bucketExhaustion,
@@ -65,7 +71,7 @@ func (f rootFault) repairable() bool {
 // It reads each bucket's root page header (in a read-write open, where bbolt
 // knows the free pages; elsewhere the root page itself, through bbolt's own
 // page checks) and walks nothing else.
-func rootFaults(btx *bolt.Tx) []rootFault {
+func rootFaults(btx *bolt.Tx, f *os.File) []rootFault {
 	var faults []rootFault
 	pageSize := int64(btx.DB().Info().PageSize)
 	pages := btx.Size() / pageSize
@@ -80,7 +86,7 @@ func rootFaults(btx *bolt.Tx) []rootFault {
 			faults = append(faults, rootFault{name: string(name), what: "is a plain value, not a bucket (its bucket flag is clear)", plain: true})
 			continue
 		}
-		if what := bucketRootFault(btx, b, pages, roots, string(name)); what != "" {
+		if what := bucketRootFault(btx, f, b, pages, roots, string(name)); what != "" {
 			faults = append(faults, rootFault{name: string(name), what: what})
 		}
 	}
@@ -89,7 +95,11 @@ func rootFaults(btx *bolt.Tx) []rootFault {
 
 // bucketRootFault says what is wrong with b's root, "" when nothing is.
 // roots collects the root pages seen so far (two buckets never share one).
-func bucketRootFault(btx *bolt.Tx, b *bolt.Bucket, pages int64, roots map[uint64]string, name string) (what string) {
+// The root page's header is read from bbolt where it knows the free pages
+// (a read-write open), else from f, the file (its number and type only: a
+// bucket's other pages are read, and checked, by the transactions that use
+// them; damage met there is ErrPageDamaged).
+func bucketRootFault(btx *bolt.Tx, f *os.File, b *bolt.Bucket, pages int64, roots map[uint64]string, name string) (what string) {
 	defer func() {
 		if r := recover(); r != nil {
 			what = fmt.Sprintf("cannot be read: %v", r)
@@ -107,18 +117,34 @@ func bucketRootFault(btx *bolt.Tx, b *bolt.Bucket, pages int64, roots map[uint64
 		return fmt.Sprintf("has root page %d, the root of bucket %q too", root, other)
 	}
 	roots[root] = name
-	info, err := btx.Page(int(root))
-	if err != nil || info == nil {
-		// No free page list (a read-only open): bbolt's own checks of the
-		// page it reads (its number, its type) must do.
-		readRoot(b)
+	if info, err := btx.Page(int(root)); err == nil && info != nil {
+		if info.Type != "leaf" && info.Type != "branch" {
+			return fmt.Sprintf("has root page %d, a %s page", root, info.Type)
+		}
 		return ""
 	}
-	if info.Type != "leaf" && info.Type != "branch" {
-		return fmt.Sprintf("has root page %d, a %s page", root, info.Type)
+	if f == nil {
+		return ""
+	}
+	var hdr [16]byte
+	if _, err := f.ReadAt(hdr[:], int64(root)*int64(btx.DB().Info().PageSize)); err != nil {
+		return "" // the environment, not the entry: the transactions that read it say
+	}
+	id, flags := binary.LittleEndian.Uint64(hdr[0:]), binary.LittleEndian.Uint16(hdr[8:])
+	switch {
+	case id != root:
+		return fmt.Sprintf("has root page %d, whose header names page %d", root, id)
+	case flags != pageBranch && flags != pageLeaf:
+		return fmt.Sprintf("has root page %d, of page flags %#x (neither leaf nor branch)", root, flags)
 	}
 	return ""
 }
+
+// bbolt's page flags of a branch and of a leaf page.
+const (
+	pageBranch = 0x01
+	pageLeaf   = 0x02
+)
 
 // readRoot reads b's root page through bbolt's checks of a page it searches
 // (its number; a type neither leaf nor branch panics), descending to one
@@ -146,7 +172,7 @@ func rootError(path string, faults []rootFault, strict bool) error {
 func (s *Store) RootDamage() error {
 	var err error
 	if verr := s.View(func(tx *Tx) error {
-		err = rootError(s.path, rootFaults(tx.btx), true)
+		err = rootError(s.path, rootFaults(tx.btx, s.file), true)
 		return nil
 	}); verr != nil {
 		return verr

@@ -31,7 +31,7 @@ func (s *Store) init() (err error) {
 		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
 		}
-		faults := rootFaults(btx)
+		faults := rootFaults(btx, s.file)
 		if err := rootError(s.path, faults, false); err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func (s *Store) initialise() (err error) {
 	defer recoverDamaged(&err, s.path)
 	defer func() { err = structureDamage(s.path, err) }()
 	return s.db.Update(func(btx *bolt.Tx) error {
-		faults := rootFaults(btx)
+		faults := rootFaults(btx, s.file)
 		if err := rootError(s.path, faults, false); err != nil {
 			return err
 		}
@@ -157,11 +157,13 @@ func (s *Store) checkReadable() (err error) {
 		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
 		}
-		// The root page's entries: a read-only open repairs nothing, so
-		// any damage there is reported (the rebuild's own view, held,
-		// reads on: RootDamage).
+		// The root page's entries: damage no open repairs is refused; a
+		// derived bucket turned plain value reads as a missing one (see
+		// wrapTx) until the next read-write open makes it anew. Readers
+		// that report a store's health ask RootDamage. The rebuild's own
+		// view (held) reads on and asks RootDamage too.
 		if !s.held {
-			if err := rootError(s.path, rootFaults(btx), true); err != nil {
+			if err := rootError(s.path, rootFaults(btx, s.file), false); err != nil {
 				return err
 			}
 		}
