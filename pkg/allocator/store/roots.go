@@ -32,7 +32,8 @@ import (
 //     unreachable, until a rebuild compacts it (`hostlease-gc rebuild`).
 //   - Anything else (the meta or allocs entry a plain value, a bucket whose
 //     root page is outside the file, a meta or freelist or free page, another
-//     bucket's root, an inline bucket that cannot be read) is damage at open
+//     bucket's root or a page whose header names another number, an inline
+//     bucket that cannot be read) is damage at open
 //     (ErrUnreadable): such a bucket cannot be deleted without bbolt freeing
 //     the pages it wrongly points to, which may be another bucket's. The
 //     daemon sets the store aside and rebuilds it from the runtime and the
@@ -95,10 +96,11 @@ func rootFaults(btx *bolt.Tx, f *os.File) []rootFault {
 
 // bucketRootFault says what is wrong with b's root, "" when nothing is.
 // roots collects the root pages seen so far (two buckets never share one).
-// The root page's header is read from bbolt where it knows the free pages
-// (a read-write open), else from f, the file (its number and type only: a
-// bucket's other pages are read, and checked, by the transactions that use
-// them; damage met there is ErrPageDamaged).
+// The root page's header is read from the file f (its number and type), and
+// bbolt says whether it is free where it knows (a read-write open). A root
+// page whose own type is damaged is the page's damage, not the entry's: it
+// is left to the transactions that read it (ErrPageDamaged), as are a
+// bucket's other pages.
 func bucketRootFault(btx *bolt.Tx, f *os.File, b *bolt.Bucket, pages int64, roots map[uint64]string, name string) (what string) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -118,10 +120,10 @@ func bucketRootFault(btx *bolt.Tx, f *os.File, b *bolt.Bucket, pages int64, root
 	}
 	roots[root] = name
 	if info, err := btx.Page(int(root)); err == nil && info != nil {
-		if info.Type != "leaf" && info.Type != "branch" {
+		switch info.Type {
+		case "free", "meta", "freelist":
 			return fmt.Sprintf("has root page %d, a %s page", root, info.Type)
 		}
-		return ""
 	}
 	if f == nil {
 		return ""
@@ -134,16 +136,18 @@ func bucketRootFault(btx *bolt.Tx, f *os.File, b *bolt.Bucket, pages int64, root
 	switch {
 	case id != root:
 		return fmt.Sprintf("has root page %d, whose header names page %d", root, id)
-	case flags != pageBranch && flags != pageLeaf:
-		return fmt.Sprintf("has root page %d, of page flags %#x (neither leaf nor branch)", root, flags)
+	case flags == pageMeta || flags == pageFreelist:
+		return fmt.Sprintf("has root page %d, a page of flags %#x (meta or freelist)", root, flags)
 	}
+	// Any other type is the page's own damage, not the entry's: the
+	// transactions that read the page meet it (ErrPageDamaged).
 	return ""
 }
 
-// bbolt's page flags of a branch and of a leaf page.
+// bbolt's page flags of a meta and of a freelist page.
 const (
-	pageBranch = 0x01
-	pageLeaf   = 0x02
+	pageMeta     = 0x04
+	pageFreelist = 0x10
 )
 
 // readRoot reads b's root page through bbolt's checks of a page it searches
