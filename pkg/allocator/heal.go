@@ -50,6 +50,30 @@ func (OSNetnsView) Lstat(path string) error {
 	return err
 }
 
+// SandboxNamespaces is the namespaces bound at the entries of dir, the
+// runtime's netns directory: each is a live sandbox's (the runtime binds a
+// sandbox's namespace at its own path there). Entries that vanish while
+// read are skipped.
+func (OSNetnsView) SandboxNamespaces(dir string) ([]NsID, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []NsID
+	for _, e := range entries {
+		if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil {
+			ids = append(ids, nsIDOfInfo(fi))
+		}
+	}
+	return ids, nil
+}
+
+// sandboxNamespaces is the optional part of a NetnsView that lists the
+// namespaces bound in the runtime's netns directory (OSNetnsView has it).
+type sandboxNamespaces interface {
+	SandboxNamespaces(dir string) ([]NsID, error)
+}
+
 // PluginReleases is the plugin's whole rule for freeing a record it does not
 // own at ADD: the reason to release r, or "" to keep it. add is the ADD's
 // owner; exhausted says the ADD found its range set full; ev is r's netns
@@ -82,7 +106,10 @@ func PluginReleases(r *Record, add Owner, exhausted bool, ev NetnsEvidence, netn
 // netns directory's identity read once, an lstat only for a record the rule
 // would release if its netns were gone, and the namespaces still held read
 // once, only when a record's netns path is gone (the walk of /proc is the
-// costly part: an ADD that releases nothing never makes it).
+// costly part: an ADD that releases nothing never makes it). The ADD's own
+// namespace is never among those held for another record: it is the new
+// sandbox's, and a record naming its identity names an earlier namespace
+// whose inode number the kernel gave to it.
 type deathJudge struct {
 	view NetnsView
 	add  Owner
@@ -127,6 +154,23 @@ func (j *deathJudge) reason(r *Record, exhausted bool) string {
 	if !j.heldRead {
 		j.held, j.heldErr = j.view.Holders()
 		j.heldRead = true
+		// The ADD's own namespace is its new sandbox's: the kernel gives
+		// a freed namespace's inode number to the next one (a pod's retry
+		// gets its dead attempt's number back at once), so a record naming
+		// it names a namespace that died.
+		delete(j.held, j.add.NetnsWitness.Netns)
+		// Likewise every namespace bound at a path of the netns directory:
+		// it is that path's live sandbox's, while the judged record's own
+		// path is gone (the records judged here all name this directory).
+		if l, ok := j.view.(sandboxNamespaces); ok && j.heldErr == nil {
+			ids, err := l.SandboxNamespaces(j.dir)
+			for _, id := range ids {
+				delete(j.held, id)
+			}
+			if err != nil {
+				j.heldErr = err
+			}
+		}
 	}
 	ev, _ = NetnsGone(ev, r, lerr, j.held, j.heldErr)
 	return PluginReleases(r, j.add, exhausted, ev, lerr)

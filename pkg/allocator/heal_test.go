@@ -306,3 +306,86 @@ func TestAllocateWalksHoldersOnlyToRelease(t *testing.T) {
 	eq(t, "walks of an ADD that released two records", v.walks, 1)
 	eq(t, "records", s.count(), 2)
 }
+
+// The kernel gives a freed namespace's inode number to the next namespace: a
+// pod's retry typically gets its dead attempt's. That namespace, held by the
+// ADD's own new sandbox, does not keep the dead record.
+func TestAllocateNamespaceNumberReusedByTheADD(t *testing.T) {
+	small := set(rng("10.0.0.0/29", "10.0.0.2", "10.0.0.4", "10.0.0.1"))
+	for _, tc := range []struct {
+		name    string
+		heldBy  string // whose netns identity is held: "add" or "other"
+		release bool
+	}{
+		{"the ADD's own new namespace has the dead record's number", "add", true},
+		{"another live namespace has it", "other", false},
+	} {
+		v := &fakeView{dirs: map[string]DirID{"/run/netns": runNetns}, exists: map[string]bool{}}
+		ds := newStore(t)
+		dead := rec("10.0.0.2", "A0", "eth0")
+		dead.Netns, dead.PodUID = "/run/netns/a0", "uid-a"
+		dead.NetnsWitness = witnessOf(dead.Netns)
+		update(t, ds, func(tx Store) error { return tx.Put(dead) })
+		add := podOwner("A1", "uid-a", "/run/netns/a1")
+		v.exists["/run/netns/a1"] = true
+		add.NetnsWitness.Netns = dead.NetnsWitness.Netns // the number reused
+		v.held = NetnsHolders{dead.NetnsWitness.Netns: {}}
+		if tc.heldBy == "other" {
+			add.NetnsWitness.Netns = nsOf("/run/netns/a1")
+		}
+		update(t, ds, func(tx Store) error {
+			if _, e := Allocate(tx, AllocateRequest{Network: "net", RangeSets: []StoredRangeSet{small}, Owner: add, Now: time.Unix(2, 0), View: v}); e != nil {
+				t.Errorf("%s: ADD: %v", tc.name, e)
+			}
+			return nil
+		})
+		if released := !ds.HasRecord(netip.MustParseAddr("10.0.0.2")) || ds.count() == 1; released != tc.release {
+			t.Errorf("%s: dead record released = %v, want %v (%d records)", tc.name, released, tc.release, ds.count())
+		}
+	}
+}
+
+// listingView is a fakeView that also lists the namespaces bound in the
+// netns directory, as OSNetnsView does.
+type listingView struct {
+	*fakeView
+	bound []NsID
+}
+
+func (v listingView) SandboxNamespaces(string) ([]NsID, error) { return v.bound, nil }
+
+// A dead record's namespace number given to another pod's live sandbox,
+// bound at its own path of the netns directory, does not keep the record; a
+// namespace held only by a process (no path of the directory) still does.
+func TestAllocateNamespaceNumberReusedByAnotherSandbox(t *testing.T) {
+	small := set(rng("10.0.0.0/29", "10.0.0.2", "10.0.0.4", "10.0.0.1"))
+	for _, tc := range []struct {
+		name    string
+		bound   bool
+		release bool
+	}{
+		{"bound at another sandbox's path", true, true},
+		{"held by a process only", false, false},
+	} {
+		fv := &fakeView{dirs: map[string]DirID{"/run/netns": runNetns}, exists: map[string]bool{"/run/netns/a1": true}}
+		ds := newStore(t)
+		dead := rec("10.0.0.2", "A0", "eth0")
+		dead.Netns, dead.PodUID = "/run/netns/a0", "uid-a"
+		dead.NetnsWitness = witnessOf(dead.Netns)
+		update(t, ds, func(tx Store) error { return tx.Put(dead) })
+		fv.held = NetnsHolders{dead.NetnsWitness.Netns: {}}
+		v := listingView{fakeView: fv}
+		if tc.bound {
+			v.bound = []NsID{nsOf("/run/netns/a1"), dead.NetnsWitness.Netns}
+		}
+		update(t, ds, func(tx Store) error {
+			if _, e := Allocate(tx, AllocateRequest{Network: "net", RangeSets: []StoredRangeSet{small}, Owner: podOwner("A1", "uid-a", "/run/netns/a1"), Now: time.Unix(2, 0), View: v}); e != nil {
+				t.Errorf("%s: ADD: %v", tc.name, e)
+			}
+			return nil
+		})
+		if released := ds.count() == 1; released != tc.release {
+			t.Errorf("%s: dead record released = %v, want %v", tc.name, released, tc.release)
+		}
+	}
+}
