@@ -11,14 +11,13 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
 // cmdAdd reserves one address per range set, as host-local would, and records
 // who holds it. The reservation is durable before the result is printed.
 func cmdAdd(args *skel.CmdArgs) error {
-	c, err := netconf.Load(args.StdinData, args.Args)
+	c, err := loadConfig(args, "ADD")
 	if err != nil {
 		return err
 	}

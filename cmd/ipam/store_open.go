@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/internal/trustfs"
@@ -123,4 +124,18 @@ func touchKick(dir string) error {
 	}
 	defer d.Close()
 	return d.Touch(".kick")
+}
+
+// loadConfig loads an invocation's config for verb and warns on stderr, one
+// line each, of the ipam keys nothing reads (a typo such as "rangeStrat" is
+// otherwise silent): the config is still used, as host-local uses it.
+func loadConfig(args *skel.CmdArgs, verb string) (*netconf.Config, error) {
+	c, err := netconf.Load(args.StdinData, args.Args)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range c.UnknownKeys {
+		logWith("verb", verb, "network", c.Network).Warn("unknown ipam key ignored, as host-local ignores it: a typo? (hostlease-gc doctor checks the config)", "key", k)
+	}
+	return c, nil
 }
