@@ -101,15 +101,15 @@ func (s doctorSetup) run(stderr io.Writer) (found []finding, checked []string) {
 // *.json) and checks each network that uses the plugin. It returns how many
 // do.
 func (s doctorSetup) checkConfDir() (int, []finding) {
+	if fi, err := os.Stat(s.confDir); err != nil || !fi.IsDir() {
+		return 0, []finding{{s.confDir, "no such CNI conf dir", "pass the runtime's with --cni-conf-dir"}}
+	}
 	var files []string
 	for _, ext := range []string{"*.conf", "*.conflist", "*.json"} {
 		m, _ := filepath.Glob(filepath.Join(s.confDir, ext))
 		files = append(files, m...)
 	}
 	slices.Sort(files)
-	if fi, err := os.Stat(s.confDir); err != nil || !fi.IsDir() {
-		return 0, []finding{{s.confDir, "no such CNI conf dir", "pass the runtime's with --cni-conf-dir"}}
-	}
 	var found []finding
 	nets := 0
 	for _, file := range files {
