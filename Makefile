@@ -3,7 +3,8 @@ SHELL := /bin/bash
 # project's own scripts under hack/ (idempotent, cached).
 
 GO       ?= go
-VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
+DIST     ?= dist
 LDFLAGS  := -s -w -X main.buildVersion=$(VERSION) -X github.com/hostlease/hostlease/pkg/gc.Version=$(VERSION)
 export CGO_ENABLED ?= 0
 export GOFLAGS     ?= -buildvcs=false
@@ -11,7 +12,7 @@ export GOFLAGS     ?= -buildvcs=false
 # Packages for unit and integration tests (e2e runs on its own, last).
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /e2e)
 
-.PHONY: all build test unit e2e e2e-setup e2e-k8s k8s-setup helm-setup bench bench-k8s lint vet fmt clean demo demo-k8s tools
+.PHONY: all build release test setup unit e2e e2e-setup e2e-k8s k8s-setup helm-setup bench bench-k8s lint vet fmt clean demo demo-k8s tools
 
 all: build
 
@@ -19,6 +20,14 @@ build:
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hostlease ./cmd/ipam
 	@if [ -d cmd/ipam-gc ]; then $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hostlease-gc ./cmd/ipam-gc; fi
+
+# The release's artefacts in $(DIST) (default dist/): per architecture
+# (linux/amd64, linux/arm64) a tar.gz of both binaries, the DaemonSet image
+# as an OCI archive, the packaged chart, the rendered kustomize base and
+# sha256sums; version from git describe (hack/release.sh says which file is
+# what and how the chart's SemVer is derived). Reproducible.
+release:
+	@VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' DIST='$(DIST)' GO='$(GO)' bash hack/release.sh
 
 tools:
 	@if [ "$$(id -u)" = 0 ]; then bash hack/install-promtool.sh; else echo "tools: not root, skipping promtool install (deploy rule tests will say so)"; fi
@@ -36,8 +45,14 @@ lint: fmt vet
 # real-node suite spends most of its time waiting (kubelet's retry back-off,
 # an alert's `for:` window, a quiet minute), so hack/test.sh runs it beside
 # the unit and containerd suites and waits for it at the end.
-test: lint build tools
+test: setup lint build
 	@bash hack/test.sh
+
+# Every tool the suites need, built before any suite starts (hack/setup.sh:
+# containerd versions, Kubernetes, etcd, helm, promtool, the image tool, the
+# Go build cache of the tests). Cached: a warm run only checks stamps.
+setup:
+	@bash hack/setup.sh
 
 unit:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
@@ -127,4 +142,4 @@ demo-k8s: build
 	@bash hack/demo-k8s.sh
 
 clean:
-	rm -rf bin .e2e.log .e2e-k8s.log
+	rm -rf bin dist .e2e.log .e2e-k8s.log

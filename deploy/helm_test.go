@@ -99,22 +99,29 @@ func helmTemplateChart(t *testing.T, chart string, args ...string) []object {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decodeDocs(t, fmt.Sprintf("helm template %v", args), out)
+}
+
+// decodeDocs decodes every object of a multi-document YAML stream strictly
+// (documents of comments only are skipped).
+func decodeDocs(t *testing.T, what, stream string) []object {
+	t.Helper()
 	var objs []object
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(out)))
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(stream)))
 	for {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 			continue
 		}
 		o, err := decode(doc)
 		if err != nil {
-			t.Fatalf("helm template %v: %v\n%s", args, err, doc)
+			t.Fatalf("%s: %v\n%s", what, err, doc)
 		}
 		objs = append(objs, o)
 	}
@@ -175,11 +182,21 @@ func TestChartPackage(t *testing.T) {
 // kustomize build of dir, less its Namespace.
 func compareWithKustomize(t *testing.T, dir string, objs []object) {
 	t.Helper()
-	want := map[string]object{}
+	var want []object
 	for _, o := range build(t, dir) {
-		if o.gvk.Kind == "Namespace" {
-			continue
+		if o.gvk.Kind != "Namespace" {
+			want = append(want, o)
 		}
+	}
+	compareObjects(t, "kustomize build "+dir, want, objs)
+}
+
+// compareObjects checks that objs are exactly the objects of wantObjs
+// (the kustomize build named what), field by field.
+func compareObjects(t *testing.T, what string, wantObjs, objs []object) {
+	t.Helper()
+	want := map[string]object{}
+	for _, o := range wantObjs {
 		want[objectKey(o)] = o
 	}
 	got := map[string]object{}
@@ -193,7 +210,7 @@ func compareWithKustomize(t *testing.T, dir string, objs []object) {
 	for k, w := range want {
 		g, ok := got[k]
 		if !ok {
-			t.Errorf("kustomize build %s has %s, the chart does not", dir, k)
+			t.Errorf("%s has %s, the chart does not", what, k)
 			continue
 		}
 		var diffs []string
@@ -205,7 +222,7 @@ func compareWithKustomize(t *testing.T, dir string, objs []object) {
 	}
 	for k := range got {
 		if _, ok := want[k]; !ok {
-			t.Errorf("the chart renders %s, kustomize build %s does not", k, dir)
+			t.Errorf("the chart renders %s, %s does not", k, what)
 		}
 	}
 }
@@ -264,6 +281,15 @@ func TestChartSchemaRefusesTypos(t *testing.T) {
 		{"image.pullPolicy=IfNotThere", "pullPolicy"},
 		{"logFormat=yaml", "logFormat"},
 		{"extraArgs[0]=dry-run", "extraArgs"},
+		{"imagePullSecret[0].name=regcred", "imagePullSecret"},
+		{"imagePullSecrets[0].nam=regcred", "nam"},
+		{"podAnnotation.a=b", "podAnnotation"},
+		{"podLabel.a=b", "podLabel"},
+		{"serviceAccount.annotation.a=b", "annotation"},
+		{"serviceAccount.name=other", "name"},
+		{"affinity.nodeAfinity.x=y", "nodeAfinity"},
+		{"image.digest=sha256:abc", "digest"},
+		{"image.digest=" + strings.Repeat("a", 64), "digest"},
 	} {
 		_, err := runHelm(t, "template", release, chartDir, "--namespace", namespace, "--set", tc.set)
 		if err == nil {
@@ -335,13 +361,101 @@ func TestChartValuesReachTheDaemon(t *testing.T) {
 	}
 }
 
+// The keys every chart user sets reach the objects where Kubernetes reads
+// them, and only there: a pull secret and the scheduling keys on the pod,
+// pod annotations and labels on the pod template (not on the selector),
+// annotations on the ServiceAccount, a digest in place of the tag in both
+// containers.
+func TestChartStandardKeys(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("0123456789abcdef", 4)
+	objs := helmTemplate(t,
+		"--set", "imagePullSecrets[0].name=regcred", "--set", "imagePullSecrets[1].name=mirror",
+		"--set", "podAnnotations.example\\.com/team=net",
+		"--set", "podLabels.team=net",
+		"--set", "serviceAccount.annotations.iam\\.example\\.com/role=hostlease",
+		"--set", "nodeSelector.kubernetes\\.io/arch=arm64",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=example.com/cni",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=In",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values[0]=hostlease",
+		"--set", "image.tag=v9.9.9", "--set", "image.digest="+digest,
+	)
+	ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", "hostlease-gc")
+	pod := ds.Spec.Template
+	if got := pod.Spec.ImagePullSecrets; !reflect.DeepEqual(got, []corev1.LocalObjectReference{{Name: "regcred"}, {Name: "mirror"}}) {
+		t.Errorf("imagePullSecrets %v, want regcred and mirror", got)
+	}
+	if got := pod.Annotations; !reflect.DeepEqual(got, map[string]string{"example.com/team": "net"}) {
+		t.Errorf("pod annotations %v", got)
+	}
+	if got := pod.Labels; !reflect.DeepEqual(got, map[string]string{
+		"app.kubernetes.io/name": "hostlease-gc", "app.kubernetes.io/part-of": "hostlease", "team": "net"}) {
+		t.Errorf("pod labels %v, want the chart's and team=net", got)
+	}
+	if got := ds.Spec.Selector.MatchLabels; !reflect.DeepEqual(got, map[string]string{"app.kubernetes.io/name": "hostlease-gc"}) {
+		t.Errorf("selector %v: podLabels must not reach it (a selector is immutable)", got)
+	}
+	if got := pod.Spec.NodeSelector; !reflect.DeepEqual(got, map[string]string{"kubernetes.io/arch": "arm64"}) {
+		t.Errorf("nodeSelector %v", got)
+	}
+	want := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: "example.com/cni", Operator: corev1.NodeSelectorOpIn, Values: []string{"hostlease"}}}}}}}}
+	if got := pod.Spec.Affinity; !reflect.DeepEqual(got, want) {
+		t.Errorf("affinity %+v, want %+v", got, want)
+	}
+	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+		if c.Image != "ghcr.io/hostlease/hostlease@"+digest {
+			t.Errorf("container %s: image %q, want the digest to win over the tag", c.Name, c.Image)
+		}
+	}
+	sa := find[*corev1.ServiceAccount](t, objs, "ServiceAccount", "hostlease-gc")
+	if got := sa.Annotations; !reflect.DeepEqual(got, map[string]string{"iam.example.com/role": "hostlease"}) {
+		t.Errorf("ServiceAccount annotations %v", got)
+	}
+	for _, o := range objs {
+		if o.gvk.Kind != "DaemonSet" && o.gvk.Kind != "ServiceAccount" && strings.Contains(string(o.yaml), "example.com") {
+			t.Errorf("%s carries a pod or ServiceAccount value:\n%s", objectKey(o), o.yaml)
+		}
+	}
+
+	// Without a digest, the tag; without a tag, the chart's appVersion.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "image.tag=v9.9.9"}, "ghcr.io/hostlease/hostlease:v9.9.9"},
+		{[]string{"--set", "image.repository=registry.example.com/hostlease"}, "registry.example.com/hostlease:dev"},
+	} {
+		ds := find[*appsv1.DaemonSet](t, helmTemplate(t, tc.args...), "DaemonSet", "hostlease-gc")
+		for _, c := range append(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers...) {
+			if c.Image != tc.want {
+				t.Errorf("%v: container %s: image %q, want %q", tc.args, c.Name, c.Image, tc.want)
+			}
+		}
+	}
+
+	// A pod label that would change what the selector matches is refused.
+	_, err := runHelm(t, "template", release, chartDir, "--namespace", namespace, "--set", "podLabels.app\\.kubernetes\\.io/name=other")
+	if err == nil || !strings.Contains(err.Error(), "podLabels may not set app.kubernetes.io/name") {
+		t.Errorf("podLabels overriding the selector's label: %v, want a refusal naming it", err)
+	}
+}
+
 // helm lint (strict: warnings fail) passes with the defaults, with every
 // choice above and with the real-node suite's values.
 func TestChartLint(t *testing.T) {
 	cases := append(chartCases[:len(chartCases):len(chartCases)], struct {
 		kustomize string
 		values    []string
-	}{"e2e/k8s's", []string{"-f", "../e2e/k8s/helm-values.yaml"}})
+	}{"e2e/k8s's", []string{"-f", "../e2e/k8s/helm-values.yaml"}}, struct {
+		kustomize string
+		values    []string
+	}{"the standard keys'", []string{
+		"--set", "imagePullSecrets[0].name=regcred", "--set", "podAnnotations.a=b", "--set", "podLabels.team=net",
+		"--set", "serviceAccount.annotations.a=b", "--set", "image.digest=sha256:" + strings.Repeat("ab", 32),
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=k",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+	}})
 	for _, tc := range cases {
 		args := append([]string{"lint", chartDir, "--strict", "--namespace", namespace}, tc.values...)
 		if out, err := runHelm(t, args...); err != nil {

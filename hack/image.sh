@@ -9,6 +9,12 @@
 #       the DaemonSet's image: the distroless-static equivalent base layer,
 #       /hostlease (the plugin) and /hostlease-gc, entrypoint /hostlease-gc,
 #       cmd run; the CA bundle of Debian's ca-certificates when installed.
+#   hack/image.sh --tool
+#       build the tool into the cache (if it is not there) and print its path.
+#   hack/image.sh hostlease-oci NAME OUT.oci.tar ARCHES PLUGIN GC
+#       the same image for each of ARCHES (comma-separated, e.g.
+#       amd64,arm64) under one image index, as an OCI archive; {arch} in
+#       PLUGIN and GC is replaced by each architecture (make release).
 #
 # Cache: ${HOSTLEASE_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostlease/image}
 #   image-<key>   the built tool; <key> hashes this script, the tool's source
@@ -52,13 +58,22 @@ if [ ! -x "$tool" ]; then
 	exec 9>&-
 fi
 
+if [ "${1:-}" = --tool ]; then
+	echo "$tool"
+	exit 0
+fi
+ca=()
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+	ca=(-ca-certs /etc/ssl/certs/ca-certificates.crt)
+fi
 if [ "${1:-}" = hostlease ]; then
 	[ $# = 5 ] || { log "usage: $0 hostlease NAME OUT.tar PLUGIN GC"; exit 2; }
-	ca=()
-	if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
-		ca=(-ca-certs /etc/ssl/certs/ca-certificates.crt)
-	fi
 	exec "$tool" -name "$2" -o "$3" -base "${ca[@]}" -entrypoint /hostlease-gc -cmd run \
 		"/hostlease=$4" "/hostlease-gc=$5"
+fi
+if [ "${1:-}" = hostlease-oci ]; then
+	[ $# = 6 ] || { log "usage: $0 hostlease-oci NAME OUT.oci.tar ARCHES PLUGIN GC"; exit 2; }
+	exec "$tool" -format oci -arch "$4" -name "$2" -o "$3" -base "${ca[@]}" -entrypoint /hostlease-gc -cmd run \
+		"/hostlease=$5" "/hostlease-gc=$6"
 fi
 exec "$tool" "$@"

@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# hack/test.sh — the body of `make test` after lint, build and tools:
-#   unit + integration tests (-race), the e2e suite on every containerd
-#   version (`make e2e`), and the real Kubernetes node suite (`make e2e-k8s`).
+# hack/test.sh — the body of `make test` after setup, lint and build: unit +
+# integration tests (-race), the e2e suite on every containerd version (`make
+# e2e`), and the real Kubernetes node suite on two nodes (`make e2e-k8s`).
 #
-# The real-node suite is mostly waiting (kubelet's retry back-off, an alert's
-# `for:` window, a quiet minute of API requests), so it runs in the background
-# beside the others: it has its own caches, bridges, subnets, ports and lock,
-# and shares nothing with the containerd suites; it runs on two nodes at once
-# itself (hack/e2e-k8s.sh). `make test` built bin/ before this runs; `-o
-# build` keeps the suites from rebuilding it under each other. The real-node
-# summaries are printed last, the full logs are .e2e-k8s.log and
+# Build, then test: `make setup` (hack/setup.sh) has built every tool and
+# filled the Go build cache before this runs, so no suite compiles a tool
+# while another runs, and a cold run differs from a warm one only by setup.
+#
+# What runs beside what (two cores; a runtime's own timeouts must never fire):
+#   - the unit and integration tests, then the containerd suites one version
+#     after the other;
+#   - beside them, the default real node (mostly waiting: kubelet's retry
+#     back-off, an alert's `for:` window, a quiet minute);
+#   - the second real node ("heal", a 5-minute storm of 50 pods) starts only
+#     once the unit tests, the CPU-heaviest part, are done (HOSTLEASE_HEAL_GATE).
+# So at most two suites that run real runtimes share the machine with one
+# CPU-bound test process. The load average is sampled every 30 s into
+# .test-load.log and its peak printed at the end.
+# The real-node summaries are printed last, the full logs are .e2e-k8s.log and
 # .e2e-k8s-heal.log.
 # Exit status: non-zero if any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 k8s_out=$(mktemp /tmp/hostlease-e2e-k8s-summary.XXXXXX)
+gate=$(mktemp -u /tmp/hostlease-heal-gate.XXXXXX)
 t0=$SECONDS
+: >.test-load.log
+( while sleep 30; do echo "$(date -u +%H:%M:%S) $((SECONDS - t0))s $(cut -d' ' -f1-3 /proc/loadavg)"; done >>.test-load.log ) &
+load_pid=$!
+export HOSTLEASE_HEAL_GATE=$gate
 # setsid: the suite and everything it starts form a group of their own, so an
 # interrupted run stops exactly that group and nothing else.
 setsid make --no-print-directory -o build e2e-k8s >"$k8s_out" 2>&1 &
@@ -26,12 +39,16 @@ stop_k8s() {
 		kill -TERM -- "-$k8s_pid" 2>/dev/null
 		wait "$k8s_pid" 2>/dev/null
 	fi
-	rm -f "$k8s_out"
+	rm -f "$k8s_out" "$gate"
+	kill "$load_pid" 2>/dev/null
 }
 trap 'stop_k8s; exit 130' INT TERM
 
 rc=0
+u0=$SECONDS
 make --no-print-directory unit || rc=1
+echo "test: unit and integration tests done in $((SECONDS - u0))s; the second real node may start"
+: >"$gate"
 make --no-print-directory -o build e2e || rc=1
 
 echo "test: waiting for the real-node suite (e2e/k8s, started $((SECONDS - t0))s ago)"
@@ -43,5 +60,8 @@ cat "$k8s_out"
 rm -f "$k8s_out"
 echo "e2e-k8s: exit $k8s_rc"
 [ "$k8s_rc" = 0 ] || rc=1
-echo "test: $([ "$rc" = 0 ] && echo passed || echo FAILED) in $((SECONDS - t0))s (after lint, build, tools)"
+rm -f "$gate"
+kill "$load_pid" 2>/dev/null
+echo "test: peak 1-minute load average $(awk '$3 > m { m = $3 } END { print m + 0 }' .test-load.log) on $(nproc) cores (samples in .test-load.log)"
+echo "test: $([ "$rc" = 0 ] && echo passed || echo FAILED) in $((SECONDS - t0))s (after setup, lint and build)"
 exit $rc

@@ -110,7 +110,7 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 	}
 	var audited bool
 	for _, e := range auditOf(t, path) {
-		audited = audited || e.Action == allocator.AuditDamagedRelease && e.IP == b && e.By == "operator"
+		audited = audited || e.Action == allocator.AuditDamagedRelease && e.IP == b && e.By == "cli:release"
 	}
 	if !audited {
 		t.Errorf("no %s audit entry for %s: %+v", allocator.AuditDamagedRelease, b, auditOf(t, path))

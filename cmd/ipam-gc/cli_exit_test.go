@@ -120,7 +120,7 @@ func TestAbsurdFlagValues(t *testing.T) {
 // stdout with exit 0 and with examples.
 func TestExitCodesDocumentedInHelp(t *testing.T) {
 	r := gcExec(t, "--help")
-	for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read", "Examples:"} {
+	for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read", "4  import done", "Examples:"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) || r.stderr != "" {
 			t.Errorf("--help: want exit 0 and %q in the help on stdout\n%s", want, r)
 		}
@@ -146,7 +146,7 @@ func TestExitCodesDocumentedInHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## CLI", "Exit status", "| 3 |"} {
+	for _, want := range []string{"## CLI", "Exit status", "| 3 |", "| 4 |"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("docs/runbook.md has no %q", want)
 		}

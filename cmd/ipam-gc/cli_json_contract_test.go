@@ -61,7 +61,7 @@ func TestJSONRowNamesArePinned(t *testing.T) {
 			"ip network state error containerID,omitempty ifName,omitempty"},
 		{"list (record)", reflect.TypeFor[gc.ListRow](),
 			"ip prefixLen gateway,omitzero rangeSet containerID ifName network podNamespace,omitempty podName,omitempty podUID,omitempty " +
-				"netns,omitempty netnsWitness,omitzero netnsWitness.dir,omitzero netnsWitness.dir.dev netnsWitness.dir.ino netnsWitness.existed,omitempty " +
+				"netns,omitempty netnsWitness,omitzero netnsWitness.dir,omitzero netnsWitness.dir.dev netnsWitness.dir.ino netnsWitness.dir.handle,omitempty netnsWitness.existed,omitempty netnsWitness.netns,omitzero netnsWitness.netns.dev netnsWitness.netns.ino " +
 				"state source,omitempty created committed,omitzero obs,omitzero " +
 				"obs.misses,omitempty obs.firstMissed,omitzero obs.verdict,omitempty obs.sandboxState,omitempty"},
 	} {

@@ -108,7 +108,7 @@ func TestReleaseAsksForConfirmation(t *testing.T) {
 			ev = &e
 		}
 	}
-	if ev == nil || ev.IP != ip || ev.ContainerID != id || ev.By != "operator" || ev.Pod != "default/web-bbbb" {
+	if ev == nil || ev.IP != ip || ev.ContainerID != id || ev.By != "cli:release" || ev.Pod != "default/web-bbbb" {
 		t.Errorf("audit log manual-release: %+v, want %s of %s by operator", ev, ip, id)
 	}
 }

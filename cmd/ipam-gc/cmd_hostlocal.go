@@ -56,7 +56,9 @@ func importCmd(stdout io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "import --network N",
 		Short: "import host-local state into a store",
-		Long:  "Import host-local's reservations of a network into its store (migration). Addresses already in the store are kept as they are.",
+		Long: "Merge host-local's reservations of a network into its store (migration): reservations the store does not hold\n" +
+			"are imported; an address the store holds for another attachment is a conflict, kept for the store's holder,\n" +
+			"printed one line each (exit status 4).",
 		Example: `  hostlease-gc import -n cbr0
   hostlease-gc import -n cbr0 --host-local-dir /var/lib/cni/networks`,
 		Args: noArgs,
@@ -92,8 +94,10 @@ func exportCmd(stdout io.Writer) *cobra.Command {
 	return c
 }
 
-// runImport imports host-local's state for a network into its store. Addresses
-// already in the store are kept as they are.
+// runImport merges host-local's state for a network into its store
+// (allocator.ImportNow): reservations the store does not hold are imported;
+// an address the store holds for another attachment is a conflict, kept
+// for the store's holder, printed one line each (exit 4).
 func runImport(a *hostLocalArgs, stdout io.Writer) error {
 	src := allocator.HostLocalDir(a.hlBase, a.network)
 	// Checked before the store is opened (and created): host-local state
@@ -106,12 +110,12 @@ func runImport(a *hostLocalArgs, stdout io.Writer) error {
 		return fmt.Errorf("no host-local state for network %s: %s: %w (host-local's data dir is --host-local-dir)", a.network, src, unwrapPathErr(err))
 	}
 	d.Close()
-	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second})
+	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second, By: allocator.ByCLI("import")})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	n := 0
+	var res allocator.ImportResult
 	err = st.Update(func(tx *store.Tx) error {
 		sets, err := tx.RangeSets()
 		if err != nil {
@@ -120,24 +124,48 @@ func runImport(a *hostLocalArgs, stdout io.Writer) error {
 		if err := tx.SetNetwork(a.network); err != nil {
 			return err
 		}
-		n, err = allocator.ImportHostLocal(tx, src, a.network, sets, time.Now())
-		if err != nil {
-			return err
-		}
-		return tx.MarkMigrated(time.Now())
+		res, err = allocator.ImportNow(tx, src, a.network, sets, allocator.ByCLI("import"), time.Now())
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	printf(stdout, "imported %d reservation(s) from %s into %s", n, src, st.Path())
+	printConflicts(stdout, res.Conflicts)
+	printf(stdout, "imported %d reservation(s) from %s into %s; %d already held for the same attachment; %d conflict(s)",
+		res.Imported, src, st.Path(), res.Same, len(res.Conflicts))
+	if len(res.Conflicts) > 0 {
+		return conflictErr(len(res.Conflicts))
+	}
 	return nil
 }
 
+// printConflicts prints one line per conflict: the address, the attachment
+// host-local's file names, and whom the store holds it for.
+func printConflicts(stdout io.Writer, conflicts []allocator.ImportConflict) {
+	for _, c := range conflicts {
+		holder := "container %s ifname %s"
+		if c.Damaged {
+			holder = "a damaged record of container %s ifname %s (as far as readable)"
+		}
+		printf(stdout, "conflict %s: host-local's file names container %s ifname %s; the store holds it for "+holder+": kept reserved for the store's holder, not handed out",
+			c.File.IP, orDash(c.File.ContainerID), orDash(c.File.IfName), orDash(c.StoreContainerID), orDash(c.StoreIfName))
+	}
+}
+
+// conflictErr is the error (exit 4) of a command that found n conflicts.
+func conflictErr(n int) error {
+	return fmt.Errorf("%w: %d address(es) host-local's files name are held in the store for another attachment (listed above; audited as %s)",
+		errConflict, n, allocator.AuditImportConflict)
+}
+
 // runExport writes a store back in host-local's format, for rolling back:
-// into the directory host-local will read with the same ipam config.
+// into the directory host-local will read with the same ipam config. The
+// store is marked exported in the same transaction, under its write lock:
+// from then on every plugin write merges what host-local changes there
+// (allocator.SyncHostLocal).
 func runExport(a *hostLocalArgs, stdout io.Writer) error {
 	path := store.FilePath(a.dataDir, a.network)
-	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: 10 * time.Second})
+	st, err := store.Open(path, store.OpenOptions{LockTimeout: 10 * time.Second, By: allocator.ByCLI("export")})
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no store for network %s: %s does not exist", a.network, path)
 	}
@@ -146,9 +174,9 @@ func runExport(a *hostLocalArgs, stdout io.Writer) error {
 	}
 	defer st.Close()
 	dst := allocator.HostLocalDir(a.hlBase, a.network)
-	n := 0
+	var res allocator.ExportResult
 	var damaged []allocator.DamagedRecord
-	err = st.View(func(tx *store.Tx) error {
+	err = st.Update(func(tx *store.Tx) error {
 		// A damaged record's address is still reserved: host-local must not
 		// hand it out either. Its owner, as far as readable, goes in the
 		// file (host-local's DEL of that owner then frees it).
@@ -159,23 +187,31 @@ func runExport(a *hostLocalArgs, stdout io.Writer) error {
 				continue
 			}
 			if d.ContainerID == "" {
-				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: "hostlease-damaged-record"})
+				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: allocator.DamagedPlaceholder})
 			} else {
 				extra = append(extra, allocator.HostLocalReservation{IP: d.IP, ContainerID: d.ContainerID, IfName: d.IfName})
 			}
 		}
-		n, err = allocator.ExportHostLocal(tx, dst, extra)
+		res, err = allocator.ExportHostLocal(tx, dst, a.network, extra, allocator.ByCLI("export"), time.Now())
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	printf(stdout, "exported %d reservation(s) to %s", n, dst)
+	if m := res.Merged; m.Imported > 0 || len(m.Conflicts) > 0 {
+		printConflicts(stdout, m.Conflicts)
+		printf(stdout, "merged host-local's changes since the last export first: imported %d reservation(s); %d conflict(s) (their files left as they are)",
+			m.Imported, len(m.Conflicts))
+	}
+	printf(stdout, "exported %d reservation(s) to %s", res.Written, dst)
 	if !a.hlGiven && a.hlBase != allocator.DefaultHostLocalDir {
 		printf(stdout, "host-local reads them with \"dataDir\": %q in the network's ipam config (as hostlease did)", a.hlBase)
 	}
 	if len(damaged) > 0 {
 		return fmt.Errorf("%w: %d damaged record(s) exported as reservations of their owner as far as readable", errDamaged, len(damaged))
+	}
+	if len(res.Merged.Conflicts) > 0 {
+		return conflictErr(len(res.Merged.Conflicts))
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,111 +89,103 @@ type installResult struct {
 	versions []string // CNI spec versions the installed plugin reports
 }
 
+// installCNI is install-cni's work (cmdInstallCNI's contract). Once the
+// target dir is checked, nothing is done by its path: the copy is a
+// trustfs.Temp of the open directory, committed by renameat relative to its
+// descriptor, and both runs of the plugin (the temp file before the rename,
+// the installed file after) exec it through that descriptor (inDir), so a
+// directory swapped for a link after the check is never entered and nothing
+// planted through it is ever run.
 func installCNI(from, to, name string, stderr io.Writer) (installResult, error) {
-	dirfd, err := openTrustedDir(to)
+	d, err := trustfs.OpenDir(to)
 	if err != nil {
-		return installResult{}, err
+		return installResult{}, fmt.Errorf("--to: %w", err)
 	}
-	defer unix.Close(dirfd)
+	defer d.Close()
 
-	tmp, sum, err := copyToTemp(from, dirfd, to, name)
+	tmp, sum, err := copyToTemp(from, d, name)
 	if err != nil {
 		return installResult{}, err
 	}
-	keepTmp := false
-	defer func() {
-		if !keepTmp {
-			_ = unix.Unlinkat(dirfd, tmp, 0)
-		}
-	}()
+	defer tmp.Abort() // nothing once it is the installed file
+	if installCheckedHook != nil {
+		installCheckedHook()
+	}
 	// The new binary must run on this node before it replaces the old one.
-	if _, err := verifyPlugin(filepath.Join(to, tmp), stderr); err != nil {
+	if _, err := verifyPlugin(inDir(d, tmp.Name()), stderr); err != nil {
 		return installResult{}, fmt.Errorf("%s (copied to %s) does not work here, the installed %s is unchanged: %w",
-			from, filepath.Join(to, tmp), filepath.Join(to, name), err)
+			from, tmp.Path(), filepath.Join(to, name), err)
 	}
-	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
-		return installResult{}, fmt.Errorf("rename %s over %s: %w", filepath.Join(to, tmp), filepath.Join(to, name), err)
-	}
-	keepTmp = true // it is the installed file now
-	if err := unix.Fsync(dirfd); err != nil {
-		return installResult{}, fmt.Errorf("fsync %s: %w", to, err)
+	installed := filepath.Join(to, name)
+	if err := tmp.Rename(name); err != nil {
+		return installResult{}, fmt.Errorf("installing %s: %w", installed, err)
 	}
 
-	installed := filepath.Join(to, name)
-	got, err := hashAt(dirfd, name)
+	got, err := hashAt(d.Fd(), name)
 	if err != nil {
 		return installResult{}, fmt.Errorf("installed %s, but reading it back failed: %w", installed, err)
 	}
 	if got != sum {
 		return installResult{}, fmt.Errorf("installed %s, but it now reads sha256 %s, not the %s copied from %s", installed, got, sum, from)
 	}
-	versions, err := verifyPlugin(installed, stderr)
+	versions, err := verifyPlugin(inDir(d, name), stderr)
 	if err != nil {
 		return installResult{}, fmt.Errorf("installed %s, but running it failed: %w", installed, err)
 	}
 	return installResult{sum: sum, versions: versions}, nil
 }
 
-// openTrustedDir opens dir by internal/trustfs's contract (no symlink
-// followed; owned by this process's user or root; not writable by group or
-// others) and returns its descriptor, which the caller closes. A refusal
-// names the path, owner, mode and the fix.
-func openTrustedDir(dir string) (int, error) {
-	d, err := trustfs.OpenDir(dir)
-	if err != nil {
-		return -1, fmt.Errorf("--to: %w", err)
-	}
-	return d.Fd(), nil
+// installCheckedHook, when set (by tests only), is called once the target
+// dir was checked and the new binary copied into it, before it is run and
+// renamed: a test swaps the directory there.
+var installCheckedHook func()
+
+// inDir is the path of name in the checked directory d through d's
+// descriptor in this process, /proc/<pid>/fd/<fd>/<name>: it resolves in
+// the directory d holds open, whatever is at d's path by now. The plugin run
+// by this path is a child this process waits for, d open all along; an
+// interpreter (a "#!" script) opening the path again resolves it the same way
+// (this process's /proc/self would be the child's, whose copy of d is
+// closed on exec).
+func inDir(d *trustfs.Dir, name string) string {
+	return "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(d.Fd()) + "/" + name
 }
 
-// copyToTemp copies from into a new, exclusively created temp file in the
-// directory dirfd (named dir in messages), fsyncs it and makes it 0755. It
-// returns the temp file's name in the directory and the sha256 of what it
-// copied.
-func copyToTemp(from string, dirfd int, dir, name string) (tmp, sum string, err error) {
+// copyToTemp copies from into a new trustfs.Temp of the checked directory d
+// (".<name>.tmp.<16 hex digits>", created exclusively), makes it 0755,
+// fsyncs and closes it, and returns it with the sha256 of what it copied.
+func copyToTemp(from string, d *trustfs.Dir, name string) (*trustfs.Temp, string, error) {
 	src, err := openNoFollow(from)
 	if err != nil {
-		return "", "", fmt.Errorf("--from %s: %w", from, err)
+		return nil, "", fmt.Errorf("--from %s: %w", from, err)
 	}
 	defer src.Close()
 	fi, err := src.Stat()
 	if err != nil {
-		return "", "", fmt.Errorf("--from %s: %w", from, err)
+		return nil, "", fmt.Errorf("--from %s: %w", from, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return "", "", fmt.Errorf("--from %s is not a regular file (%v)", from, fi.Mode().Type())
+		return nil, "", fmt.Errorf("--from %s is not a regular file (%v)", from, fi.Mode().Type())
 	}
-
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return "", "", err
-	}
-	tmp = "." + name + ".tmp." + hex.EncodeToString(rnd[:])
-	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	tmp, err := d.CreateTemp("."+name+".tmp.", 0o600)
 	if err != nil {
-		return "", "", fmt.Errorf("create %s: %w", filepath.Join(dir, tmp), err)
+		return nil, "", err
 	}
-	dst := os.NewFile(uintptr(fd), filepath.Join(dir, tmp))
-	fail := func(err error) (string, string, error) {
-		dst.Close()
-		_ = unix.Unlinkat(dirfd, tmp, 0)
-		return "", "", err
+	fail := func(err error) (*trustfs.Temp, string, error) {
+		tmp.Abort()
+		return nil, "", err
 	}
 	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(dst, h), src); err != nil {
-		return fail(fmt.Errorf("copy %s to %s: %w", from, dst.Name(), err))
+	if _, err := io.Copy(io.MultiWriter(tmp.File(), h), src); err != nil {
+		return fail(fmt.Errorf("copy %s to %s: %w", from, tmp.Path(), err))
 	}
-	if err := dst.Chmod(0o755); err != nil {
-		return fail(fmt.Errorf("chmod %s: %w", dst.Name(), err))
-	}
-	if err := dst.Sync(); err != nil {
-		return fail(fmt.Errorf("fsync %s: %w", dst.Name(), err))
+	if err := tmp.File().Chmod(0o755); err != nil {
+		return fail(fmt.Errorf("chmod %s: %w", tmp.Path(), err))
 	}
 	// Closed before it is run: a file open for writing cannot be executed
 	// (ETXTBSY).
-	if err := dst.Close(); err != nil {
-		_ = unix.Unlinkat(dirfd, tmp, 0)
-		return "", "", fmt.Errorf("close %s: %w", filepath.Join(dir, tmp), err)
+	if err := tmp.Close(); err != nil {
+		return fail(fmt.Errorf("close %s: %w", tmp.Path(), err))
 	}
 	return tmp, hex.EncodeToString(h.Sum(nil)), nil
 }

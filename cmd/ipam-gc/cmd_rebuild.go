@@ -110,7 +110,7 @@ func applyRebuild(stdout io.Writer, f gc.StoreFile, view *storeView, sets []allo
 	if force {
 		when = gc.RebuildAlways
 	}
-	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, f.Network, sandboxes, sets, time.Now().UTC(), when)
+	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, f.Network, sandboxes, sets, time.Now().UTC(), when, allocator.ByCLI("rebuild"))
 	if err != nil {
 		return err
 	}

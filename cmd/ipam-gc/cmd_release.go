@@ -179,7 +179,7 @@ func applyRelease(stdout, stderr io.Writer, targets []releaseTarget) error {
 
 // releaseIn releases t's records in its store, those still exactly as shown.
 func releaseIn(t releaseTarget, stderr io.Writer) (released, changed int, err error) {
-	st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: cliLockTimeout})
+	st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: cliLockTimeout, By: allocator.ByCLI("release")})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -194,7 +194,7 @@ func releaseIn(t releaseTarget, stderr io.Writer) (released, changed int, err er
 				changed++
 				return nil
 			}
-			if _, err := allocator.ReleaseIP(tx, ip, "hostlease-gc release", "operator", now); err != nil {
+			if _, err := allocator.ReleaseIP(tx, ip, "hostlease-gc release", allocator.ByCLI("release"), now); err != nil {
 				return err
 			}
 			released++

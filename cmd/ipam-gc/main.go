@@ -25,6 +25,9 @@ const (
 	exitFailed  = 1 // failed, or could not see everything asked for (a store it cannot read, CRI not answering)
 	exitUsage   = 2 // bad command line: unknown flag, missing or unusable value, stray argument
 	exitDamaged = 3 // done, and every store was read, but some hold damaged (quarantined) records
+	// exitConflict: import done, but host-local's files name addresses the
+	// store holds for another attachment (kept for the store's holder).
+	exitConflict = 4
 )
 
 // errUsage marks an error caused by how the command was called (exit code 2).
@@ -33,6 +36,10 @@ var errUsage = errors.New("usage")
 // errDamaged marks a command that did its work and found damaged records
 // (exit code 3); failures take precedence (exit code 1).
 var errDamaged = errors.New("damaged records found")
+
+// errConflict marks an import that did its work and found conflicts (exit
+// code 4).
+var errConflict = errors.New("conflicts found")
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -57,6 +64,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errDamaged):
 		printf(stderr, "%s: %v", name, err)
 		return exitDamaged
+	case errors.Is(err, errConflict):
+		printf(stderr, "%s: %v", name, err)
+		return exitConflict
 	}
 	printf(stderr, "%s: %v", name, err)
 	return exitFailed
@@ -72,6 +82,9 @@ const exitCodesHelp = `Exit status (every command):
   3  done and every store was read, but some records are damaged (DAMAGED
      rows in list/status; also from leaks, export): release them by IP or
      rebuild the store
+  4  import done, but host-local's files name addresses the store holds for
+     another attachment: each conflict is listed; the address stays
+     reserved for the store's holder
 
 Text output escapes control characters (\t, \n, \x1b, \u202e, \\);
 -o json and -o yaml are exact. An empty result prints nothing on stdout

@@ -79,27 +79,31 @@ type reserved struct {
 	recs     []*allocator.Record // the attachment's records, one per range set
 	aerr     *types.Error        // why no address was reserved (the transaction's writes are kept)
 	vanished []*allocator.Record // imported host-local records released: host-local removed their file
-	imported int                 // host-local reservations imported on first use
-	notes    txNotes
+	imported int                 // host-local reservations imported (first use, or after an export)
+	// conflicts are host-local reservations of addresses the store holds
+	// for another attachment (kept for the store's holder).
+	conflicts []allocator.ImportConflict
+	notes     txNotes
 }
 
-// reserve runs an ADD's store transaction (first-use migration from
-// host-local, the release of vanished host-local records, the allocation)
+// reserve runs an ADD's store transaction (the merge of host-local's state,
+// on first use or after an export, before any address is chosen; the
+// release of vanished host-local records; the allocation)
 // and then releases the store's lock: the reservation is durable, and
 // concurrent calls wait for the lock while the result is built and printed.
 func reserve(s *store.Store, c *netconf.Config, req allocator.AllocateRequest) (reserved, error) {
 	var out reserved
 	err := s.Update(func(tx *store.Tx) error {
 		hlDir := allocator.HostLocalDir(c.HostLocalDir, c.Network)
-		n, err := allocator.MigrateOnce(tx, hlDir, c.Network, c.RangeSets, req.Now)
+		merged, err := allocator.SyncHostLocal(tx, hlDir, c.Network, c.RangeSets, allocator.ByPlugin, req.Now)
 		if err != nil {
 			return err
 		}
-		out.imported = n
+		out.imported, out.conflicts = merged.Imported, merged.Conflicts
 		// While imported host-local records remain, those whose file
 		// host-local's own DEL removed are released (one cursor step once
 		// none remain).
-		if out.vanished, err = allocator.ReleaseVanishedHostLocal(tx, hlDir, req.Now); err != nil {
+		if out.vanished, err = allocator.ReleaseVanishedHostLocal(tx, hlDir, allocator.ByPlugin, req.Now); err != nil {
 			return err
 		}
 		out.recs, out.aerr = allocator.Allocate(tx, req)
@@ -121,6 +125,7 @@ func (r reserved) log(log func() *slog.Logger) {
 	if r.imported > 0 {
 		log().Info("imported host-local reservations", "count", r.imported)
 	}
+	logConflicts(log, r.conflicts)
 	for _, v := range r.vanished {
 		log().Info("released an imported host-local reservation whose file host-local removed", "ip", v.IP, "heldBy", v.ContainerID)
 	}

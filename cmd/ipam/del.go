@@ -72,12 +72,13 @@ func cmdDel(args *skel.CmdArgs) error {
 	defer s.UnlockForExit()
 	now := time.Now()
 	var released []*allocator.Record
+	var conflicts []allocator.ImportConflict
 	var notes txNotes
-	err = s.Update(func(tx *store.Tx) error {
-		if _, err := allocator.MigrateOnce(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, now); err != nil {
-			return err
-		}
-		released, err = allocator.Release(tx, args.ContainerID, args.IfName, allocator.Why{Reason: "DEL", By: "plugin"}, now)
+	// As ADD, host-local's state first (first use, or changes since an
+	// export): DEL then frees what host-local reserved for this attachment.
+	conflicts, err = updateAfterMerge(s, c, now, log, func(tx *store.Tx) error {
+		var err error
+		released, err = allocator.Release(tx, args.ContainerID, args.IfName, allocator.Why{Reason: "DEL", By: allocator.ByPlugin}, now)
 		notes = notesOf(tx)
 		return err
 	})
@@ -86,18 +87,16 @@ func cmdDel(args *skel.CmdArgs) error {
 		case store.IsDamage(err):
 			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
-		case errors.Is(err, store.ErrUntrusted) && len(released) == 0:
-			logUntrusted(log, err) // host-local's state, met by the first import
-			return nil
 		case store.IsEnvironmentError(err) && len(released) == 0:
 			// Nothing was held; what could not be written was an index
-			// repair (or the first import), which the next writer redoes.
+			// repair, which the next writer redoes.
 			log().Warn("nothing to release; the store could not be written", "error", err)
 			return nil
 		}
 		return storeError(c, err)
 	}
 	notes.log(log)
+	logConflicts(log, conflicts)
 	if len(released) == 0 {
 		logNothingHeld(log, notes.damaged)
 	}

@@ -41,16 +41,22 @@ func cmdGC(args *skel.CmdArgs) error {
 	defer s.Close()
 	var gone []*allocator.Record
 	var notes txNotes
-	err = s.Update(func(tx *store.Tx) error {
-		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, time.Now())
+	now := time.Now()
+	log := func() *slog.Logger { return logWith("verb", "GC", "network", c.Network) }
+	// As DEL: host-local's state first (what host-local reserved since an
+	// export is then collected too).
+	conflicts, err := updateAfterMerge(s, c, now, log, func(tx *store.Tx) error {
+		var err error
+		gone, err = allocator.GarbageCollect(tx, c.ValidAttachments, now)
 		notes = notesOf(tx)
 		return err
 	})
+	logConflicts(log, conflicts)
 	if err != nil {
 		return storeError(c, err)
 	}
 	// Damaged records are kept (their owner cannot be told) and reported.
-	notes.log(func() *slog.Logger { return logWith("verb", "GC", "network", c.Network) })
+	notes.log(log)
 	for _, r := range gone {
 		logWith().Info("GC released", "network", c.Network, "ip", r.IP, "containerID", r.ContainerID, "ifname", r.IfName, "pod", r.PodRef())
 	}

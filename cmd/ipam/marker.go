@@ -101,6 +101,11 @@ func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, 
 	var notes txNotes
 	err = s.View(func(tx *store.Tx) error {
 		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
+		if err == nil && len(recs) == 0 {
+			// In a store exported to host-local, what host-local reserved
+			// for this attachment before the next write merges it.
+			recs, err = allocator.PendingHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, args.ContainerID, args.IfName)
+		}
 		notes = notesOf(tx)
 		return err
 	})

@@ -27,10 +27,11 @@ func ownerOf(args *skel.CmdArgs) allocator.Owner {
 }
 
 // netnsWitness is what this ADD saw of CNI_NETNS, in the runtime's view of
-// the node: its directory's identity and whether it existed
-// (allocator.NetnsWitness; one stat and one lstat, the netns is not
-// opened). The daemon trusts "the netns is gone" only from a --netns-dir
-// with that identity.
+// the node: its directory's identity (device, inode, file handle), whether
+// it existed and the namespace it named (allocator.NetnsWitness; a stat and
+// a file handle of the directory, one lstat of the netns, which is not
+// opened). "The netns is gone" is trusted only from a directory with that
+// identity, and only while nothing holds that namespace.
 func netnsWitness(netns string) allocator.NetnsWitness {
 	return allocator.WitnessNetns(netns)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -36,6 +37,7 @@ func logWith(attrs ...any) *slog.Logger {
 // missing or unreadable state means for their verb); storeError codes them.
 func openStore(c *netconf.Config, o store.OpenOptions) (*store.Store, error) {
 	o.LockTimeout = c.LockTimeout
+	o.By = allocator.ByPlugin
 	return store.Open(store.FilePath(c.StoreDir, c.Network), o)
 }
 
@@ -138,4 +140,51 @@ func loadConfig(args *skel.CmdArgs, verb string) (*netconf.Config, error) {
 		logWith("verb", verb, "network", c.Network).Warn("unknown ipam key ignored, as host-local ignores it: a typo? (hostlease-gc doctor checks the config)", "key", k)
 	}
 	return c, nil
+}
+
+// logConflicts logs each host-local reservation a merge found for an
+// address the store holds for another attachment (kept for the store's
+// holder, audited as import-conflict).
+func logConflicts(log func() *slog.Logger, conflicts []allocator.ImportConflict) {
+	for _, c := range conflicts {
+		log().Warn("host-local reservation conflicts with the store: the address stays reserved for the store's holder and is not handed out (hostlease-gc import lists conflicts)",
+			"ip", c.File.IP, "hostLocalContainerID", c.File.ContainerID, "hostLocalIfname", c.File.IfName,
+			"storeContainerID", c.StoreContainerID, "storeIfname", c.StoreIfName, "storeRecordDamaged", c.Damaged)
+	}
+}
+
+// mergeError is a failed SyncHostLocal inside updateAfterMerge.
+type mergeError struct{ err error }
+
+func (e *mergeError) Error() string { return e.err.Error() }
+
+// updateAfterMerge runs fn in one write transaction after
+// allocator.SyncHostLocal (host-local's state on first use, or what
+// host-local changed since an export). When the merge fails (host-local's
+// state refused as untrusted, unreadable, or its write failed) the
+// transaction is rolled back, the failure logged, and fn runs alone in a
+// new one: the merge is redone by the next plugin write and never stops a
+// DEL or a GC, which hand nothing out.
+func updateAfterMerge(s *store.Store, c *netconf.Config, now time.Time, log func() *slog.Logger, fn func(*store.Tx) error) ([]allocator.ImportConflict, error) {
+	var conflicts []allocator.ImportConflict
+	run := func(merge bool) error {
+		return s.Update(func(tx *store.Tx) error {
+			conflicts = nil
+			if merge {
+				merged, err := allocator.SyncHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, allocator.ByPlugin, now)
+				if err != nil {
+					return &mergeError{err}
+				}
+				conflicts = merged.Conflicts
+			}
+			return fn(tx)
+		})
+	}
+	err := run(true)
+	var me *mergeError
+	if errors.As(err, &me) {
+		log().Warn("host-local's state not merged (the next plugin call tries again; an untrusted path: fix it as the error says)", "error", me.err)
+		err = run(false)
+	}
+	return conflicts, err
 }

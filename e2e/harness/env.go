@@ -51,7 +51,7 @@ const FailPlugin = "failplugin"
 // Options tune Setup. The zero value is fine.
 type Options struct {
 	// ExtraBins are more CNI plugin binaries to put into the bin dir, as
-	// name (the CNI "type") -> path; e.g. {"hostlease": "/work/main/bin/hostlease"}.
+	// name (the CNI "type") -> path; e.g. {"hostlease": "../bin/hostlease"}.
 	// They are copied, so rebuilding the source binary cannot affect a
 	// running test.
 	ExtraBins map[string]string

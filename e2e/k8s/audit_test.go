@@ -22,9 +22,15 @@ type auditEvent struct {
 		Resource string `json:"resource"`
 	} `json:"objectRef"`
 	ResponseStatus *struct {
-		Code int `json:"code"`
+		Code    int `json:"code"`
+		Details *struct {
+			Causes []struct {
+				Reason string `json:"reason"`
+			} `json:"causes"`
+		} `json:"details"`
 	} `json:"responseStatus"`
-	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	Annotations              map[string]string `json:"annotations"`
+	RequestReceivedTimestamp time.Time         `json:"requestReceivedTimestamp"`
 }
 
 // gcRequests returns the daemon's requests in the audit log (one per
@@ -49,10 +55,39 @@ func gcRequests(t testing.TB) []auditEvent {
 			if e.ResponseStatus != nil {
 				out[i].ResponseStatus = e.ResponseStatus
 			}
+			if e.Annotations != nil {
+				out[i].Annotations = e.Annotations
+			}
 			continue
 		}
 		seen[e.AuditID] = len(out)
 		out = append(out, e)
 	}
 	return out
+}
+
+// refusedByAuth reports whether the API server refused e for who made it:
+// not authenticated (401), or an authorization decision "forbid" (RBAC). A
+// 403 an admission plugin gives for a namespace being deleted
+// (NamespaceTerminating: an Event about a pod whose namespace a test is
+// removing) refuses the object, not the daemon, and is not one.
+func (e auditEvent) refusedByAuth() bool {
+	rs := e.ResponseStatus
+	if rs == nil {
+		return false
+	}
+	if rs.Code == 401 || e.Annotations["authorization.k8s.io/decision"] == "forbid" {
+		return true
+	}
+	if rs.Code != 403 {
+		return false
+	}
+	if rs.Details != nil {
+		for _, c := range rs.Details.Causes {
+			if c.Reason == "NamespaceTerminating" {
+				return false
+			}
+		}
+	}
+	return true
 }

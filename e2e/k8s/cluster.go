@@ -6,7 +6,7 @@
 // What a Cluster changes on the machine, and how Stop undoes it:
 //   - everything it writes lives under Root (a fixed path, so that
 //     e2e/k8s/overlay can name its hostPaths); one default node at a time
-//     (callers hold /work/coord/k8s.lock or run alone), and beside it any
+//     (one run of the suite at a time: hack/e2e-k8s.sh), and beside it any
 //     number of Instance nodes, each in a network namespace of its own (see
 //     Instance); a Root left by a killed run is torn down by the next Start
 //     of the same instance;
@@ -439,7 +439,7 @@ func checkPortsFree(ports ...int) error {
 	for _, p := range ports {
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			return fmt.Errorf("port 127.0.0.1:%d is taken (another e2e/k8s run? hold /work/coord/k8s.lock): %w", p, err)
+			return fmt.Errorf("port 127.0.0.1:%d is taken (another e2e/k8s run on this machine?): %w", p, err)
 		}
 		l.Close()
 	}

@@ -24,8 +24,11 @@ func TestAPIRequestsMatchRBAC(t *testing.T) {
 		if !ok {
 			t.Errorf("request %s %s (%s) is outside %v", e.Verb, e.RequestURI, res, gcAPIGrants)
 		}
-		if e.ResponseStatus != nil && (e.ResponseStatus.Code == 401 || e.ResponseStatus.Code == 403) {
+		switch {
+		case e.refusedByAuth():
 			t.Errorf("request %s %s refused with %d", e.Verb, e.RequestURI, e.ResponseStatus.Code)
+		case e.ResponseStatus != nil && e.ResponseStatus.Code == 403:
+			t.Logf("request %s %s refused with 403 for its namespace being deleted (not the daemon's rights)", e.Verb, e.RequestURI)
 		}
 	}
 }

@@ -17,10 +17,16 @@
 //     with O_NOFOLLOW and O_NONBLOCK, and must be regular files: a link
 //     planted at a name is never followed, a directory swapped for a link
 //     after it was opened is never entered, a FIFO never blocks.
-//   - A file is written by creating a new file under a random name with
-//     O_CREAT|O_EXCL (never through an existing name) in the same directory,
-//     writing and syncing it, and renaming it over the final name: a link at
-//     the final name is replaced, never written through.
+//   - Once a directory is checked, nothing in it is done by path: every
+//     create, link, rename, unlink and stat is relative to its descriptor
+//     (the *at calls, never following a link at the name), so a directory
+//     swapped for a link after the check is never entered.
+//   - A file is put into place only through a Temp: a new file under a
+//     random name created with O_CREAT|O_EXCL (never an existing name, never
+//     through a link) in the checked directory, written, fsynced, and then
+//     renamed over the final name (a link there is replaced, never written
+//     through) or hard-linked to it (never replacing anything), the directory
+//     fsynced after; an aborted Temp is unlinked.
 //
 // Anything else is refused with an *UntrustedError naming the path, its
 // owner and mode, and the fix; errors.Is(err, ErrUntrusted) holds. Checking
@@ -35,6 +41,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -351,46 +358,220 @@ func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
 	return st, nil
 }
 
-// WriteFile replaces the file name in d with one holding data (mode perm):
-// the data goes to a new file under a random name, created with O_EXCL
-// (never an existing name, never through a link), is synced, and is renamed
-// over name. A reader sees the old file or the new one; a link at name is
-// replaced, never written through.
+// WriteFile replaces the file name in d with one holding data (mode perm),
+// through a Temp named "."+name+".tmp-<16 random hex digits>": a reader sees
+// the old file or the new one; a link at name is replaced, never written
+// through. The directory is not fsynced (a writer of many files calls Sync
+// once).
 func (d *Dir) WriteFile(name string, data []byte, perm os.FileMode) error {
-	tmp, f, err := d.createTemp(name, perm)
+	t, err := d.CreateTemp("."+name+".tmp-", perm)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
+	defer t.Abort()
+	if _, err := t.File().Write(data); err != nil {
+		return &os.PathError{Op: "write", Path: t.Path(), Err: err}
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	return t.commit(name, unix.Renameat, "rename", false)
+}
+
+// Sync fsyncs the directory: names linked, renamed or removed in it before
+// survive a crash.
+func (d *Dir) Sync() error {
+	if err := unix.Fsync(d.fd); err != nil {
+		return &os.PathError{Op: "fsync", Path: d.path, Err: err}
 	}
-	if err == nil {
-		if err = unix.Renameat(d.fd, tmp, d.fd, name); err != nil {
-			err = &os.LinkError{Op: "rename", Old: d.join(tmp), New: d.join(name), Err: err}
+	return nil
+}
+
+// Link makes newname in d a second name of the file oldname in d
+// (linkat(2) without AT_SYMLINK_FOLLOW: a link at oldname is not followed).
+// An existing newname, a link there included, is never replaced: the error
+// then matches os.ErrExist.
+func (d *Dir) Link(oldname, newname string) error {
+	if err := unix.Linkat(d.fd, oldname, d.fd, newname, 0); err != nil {
+		return &os.LinkError{Op: "link", Old: d.join(oldname), New: d.join(newname), Err: err}
+	}
+	return nil
+}
+
+// Remove removes the name name in d (unlinkat(2): a link there is removed
+// itself; not a directory).
+func (d *Dir) Remove(name string) error {
+	if err := unix.Unlinkat(d.fd, name, 0); err != nil {
+		return &os.PathError{Op: "remove", Path: d.join(name), Err: err}
+	}
+	return nil
+}
+
+// Readlink is the target of the symbolic link name in d.
+func (d *Dir) Readlink(name string) (string, error) {
+	target, err := readlinkat(d.fd, name)
+	if err != nil {
+		return "", &os.PathError{Op: "readlink", Path: d.join(name), Err: err}
+	}
+	return target, nil
+}
+
+// Info is Lstat as an os.FileInfo (Sys is the *unix.Stat_t): what is at name
+// in d, without following a link. A missing name is an *os.PathError for
+// which errors.Is(err, fs.ErrNotExist) holds.
+func (d *Dir) Info(name string) (os.FileInfo, error) {
+	st, err := d.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	return &fileInfo{name: name, st: st}, nil
+}
+
+// SameFile reports whether st (an Lstat or Info of a name in a Dir) and fi
+// (an os.File's Stat) are the same file: equal device and inode.
+func SameFile(st *unix.Stat_t, fi os.FileInfo) bool {
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && uint64(sys.Dev) == uint64(st.Dev) && uint64(sys.Ino) == uint64(st.Ino)
+}
+
+type fileInfo struct {
+	name string
+	st   unix.Stat_t
+}
+
+func (fi *fileInfo) Name() string       { return fi.name }
+func (fi *fileInfo) Size() int64        { return fi.st.Size }
+func (fi *fileInfo) ModTime() time.Time { return time.Unix(fi.st.Mtim.Unix()) }
+func (fi *fileInfo) IsDir() bool        { return fi.Mode().IsDir() }
+func (fi *fileInfo) Sys() any           { return &fi.st }
+func (fi *fileInfo) Mode() os.FileMode {
+	m := os.FileMode(fi.st.Mode & 0o777)
+	switch fi.st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		m |= os.ModeDir
+	case unix.S_IFLNK:
+		m |= os.ModeSymlink
+	case unix.S_IFIFO:
+		m |= os.ModeNamedPipe
+	case unix.S_IFSOCK:
+		m |= os.ModeSocket
+	case unix.S_IFCHR:
+		m |= os.ModeDevice | os.ModeCharDevice
+	case unix.S_IFBLK:
+		m |= os.ModeDevice
+	}
+	if fi.st.Mode&unix.S_ISUID != 0 {
+		m |= os.ModeSetuid
+	}
+	if fi.st.Mode&unix.S_ISGID != 0 {
+		m |= os.ModeSetgid
+	}
+	if fi.st.Mode&unix.S_ISVTX != 0 {
+		m |= os.ModeSticky
+	}
+	return m
+}
+
+// Temp is a new file in a checked directory under a random name created
+// exclusively: the one way hostlease puts a file into place. Its life:
+// CreateTemp, write through File (or hand File's descriptor to whatever
+// fills it), then exactly one of Rename or Link to commit it, or Abort.
+// Commit fsyncs the file, puts it at its final name relative to the
+// directory's descriptor and fsyncs the directory; Abort (also after a
+// commit, so it may be deferred) unlinks the temporary name unless it was
+// committed. Nothing is ever done by path.
+type Temp struct {
+	d    *Dir
+	name string
+	f    *os.File
+	// gone: the temporary name no longer exists (committed or aborted).
+	gone bool
+}
+
+// CreateTemp creates a new file prefix+"<16 random hex digits>" in d, open
+// read-write, with mode perm: O_CREAT|O_EXCL|O_NOFOLLOW, so never an existing
+// name and never through a link; other names are tried while one exists.
+func (d *Dir) CreateTemp(prefix string, perm os.FileMode) (*Temp, error) {
+	for try := 0; ; try++ {
+		name := fmt.Sprintf("%s%016x", prefix, rand.Uint64())
+		fd, err := openat(d.fd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, uint32(perm.Perm()))
+		if err == nil {
+			return &Temp{d: d, name: name, f: os.NewFile(uintptr(fd), d.join(name))}, nil
+		}
+		if !errors.Is(err, syscall.EEXIST) || try == 100 {
+			return nil, &os.PathError{Op: "create", Path: d.join(name), Err: err}
 		}
 	}
-	if err != nil {
-		_ = unix.Unlinkat(d.fd, tmp, 0)
+}
+
+// File is the open temporary file (nil once Close was called).
+func (t *Temp) File() *os.File { return t.f }
+
+// Name is the temporary file's name in its directory.
+func (t *Temp) Name() string { return t.name }
+
+// Path is the temporary file's path as its directory was opened (for
+// messages: nothing opens it by path).
+func (t *Temp) Path() string { return t.d.join(t.name) }
+
+// Close fsyncs and closes the file, which stays at its temporary name until
+// a commit or Abort. A second Close does nothing.
+func (t *Temp) Close() error {
+	if t.f == nil {
+		return nil
 	}
+	err := t.f.Sync()
+	if cerr := t.f.Close(); err == nil {
+		err = cerr
+	}
+	t.f = nil
 	return err
 }
 
-// createTemp creates a new file "."+name+".tmp-<16 random hex digits>" in d
-// with O_EXCL, trying other names while one exists.
-func (d *Dir) createTemp(name string, perm os.FileMode) (string, *os.File, error) {
-	for try := 0; ; try++ {
-		tmp := fmt.Sprintf(".%s.tmp-%016x", name, rand.Uint64())
-		fd, err := openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, uint32(perm.Perm()))
-		if err == nil {
-			return tmp, os.NewFile(uintptr(fd), d.join(tmp)), nil
-		}
-		if !errors.Is(err, syscall.EEXIST) || try == 100 {
-			return "", nil, &os.PathError{Op: "create", Path: d.join(tmp), Err: err}
-		}
+// Rename commits t: Close, then rename it over name in its directory
+// (renameat(2): whatever is at name, a link included, is replaced, never
+// followed), then fsync the directory.
+func (t *Temp) Rename(name string) error { return t.commit(name, unix.Renameat, "rename", true) }
+
+// Link commits t where nothing may be replaced: Close, then hard-link it to
+// name in its directory (linkat(2): an existing name, a link included, is
+// left alone and the error matches os.ErrExist; t is then still to Abort),
+// remove the temporary name and fsync the directory.
+func (t *Temp) Link(name string) error {
+	link := func(olddirfd int, oldname string, newdirfd int, newname string) error {
+		return unix.Linkat(olddirfd, oldname, newdirfd, newname, 0)
+	}
+	return t.commit(name, link, "link", true)
+}
+
+func (t *Temp) commit(name string, put func(int, string, int, string) error, op string, sync bool) error {
+	if t.gone {
+		return &os.PathError{Op: op, Path: t.Path(), Err: os.ErrClosed}
+	}
+	if err := t.Close(); err != nil {
+		return err
+	}
+	if err := put(t.d.fd, t.name, t.d.fd, name); err != nil {
+		return &os.LinkError{Op: op, Old: t.Path(), New: t.d.join(name), Err: err}
+	}
+	if op == "link" {
+		// The file has its final name: the temporary one goes.
+		_ = unix.Unlinkat(t.d.fd, t.name, 0)
+	}
+	t.gone = true
+	if sync {
+		return t.d.Sync()
+	}
+	return nil
+}
+
+// Abort closes the file and removes its temporary name, unless it was
+// committed (then it does nothing).
+func (t *Temp) Abort() {
+	if t.f != nil {
+		t.f.Close()
+		t.f = nil
+	}
+	if !t.gone {
+		_ = unix.Unlinkat(t.d.fd, t.name, 0)
+		t.gone = true
 	}
 }
 

@@ -83,7 +83,7 @@ func Allocate(tx Store, req AllocateRequest) ([]*Record, *types.Error) {
 	var got []*Record
 	undo := func() {
 		if len(got) > 0 {
-			_, _ = Release(tx, req.Owner.ContainerID, req.Owner.IfName, Why{Reason: "allocation failed", By: "plugin"}, req.Now)
+			_, _ = Release(tx, req.Owner.ContainerID, req.Owner.IfName, Why{Reason: "allocation failed", By: ByPlugin}, req.Now)
 		}
 	}
 	for idx, set := range req.RangeSets {

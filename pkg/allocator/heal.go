@@ -25,15 +25,21 @@ const (
 var PluginReasons = []string{ReasonPodSandboxReplaced, ReasonNetnsGoneAtExhaustion}
 
 // NetnsView is the plugin's I/O on the runtime's view of the node: a
-// directory's identity (DirIDOf) and an lstat of a netns path (nil: it is
-// there). Neither opens the netns.
+// directory's identity (DirIDOf), an lstat of a netns path (nil: it is
+// there) and the namespaces something still holds (ReadNetnsHolders). None
+// opens a netns.
 type NetnsView interface {
 	DirID(dir string) (DirID, error)
 	Lstat(path string) error
+	Holders() (NetnsHolders, error)
 }
 
-// OSNetnsView is the NetnsView of the calling process.
+// OSNetnsView is the NetnsView of the calling process (its /proc: the
+// runtime's pid namespace, which the plugin shares).
 type OSNetnsView struct{}
+
+// Holders is ReadNetnsHolders("/proc").
+func (OSNetnsView) Holders() (NetnsHolders, error) { return ReadNetnsHolders("/proc") }
 
 // DirID is DirIDOf(dir).
 func (OSNetnsView) DirID(dir string) (DirID, error) { return DirIDOf(dir) }
@@ -48,13 +54,15 @@ func (OSNetnsView) Lstat(path string) error {
 // own at ADD: the reason to release r, or "" to keep it. add is the ADD's
 // owner; exhausted says the ADD found its range set full; ev is r's netns
 // evidence from the ADD's view (NetnsEvidenceOf, judged in the directory of
-// the ADD's own netns) and netnsErr the lstat of r's netns there.
+// the ADD's own netns, then NetnsGone) and netnsErr the lstat of r's netns
+// there.
 //
 // A record is released only when its netns is torn down as the plugin sees
 // it: the evidence is NetnsProvable and the path is absent (ENOENT; any
-// other error is doubt). Then it goes when it is another sandbox of the
-// ADD's own pod (same non-empty pod UID, another container ID), or, on an
-// exhausted range set, whoever held it. The ADD's own container and records
+// other error is doubt), and nothing holds its namespace (the caller
+// applies NetnsGone: NetnsHeld or NetnsHoldersUnseen keep it). Then it goes
+// when it is another sandbox of the ADD's own pod (same non-empty pod UID,
+// another container ID), or, on an exhausted range set, whoever held it. The ADD's own container and records
 // imported from host-local are never released here.
 func PluginReleases(r *Record, add Owner, exhausted bool, ev NetnsEvidence, netnsErr error) string {
 	switch {
@@ -72,14 +80,20 @@ func PluginReleases(r *Record, add Owner, exhausted bool, ev NetnsEvidence, netn
 
 // deathJudge applies PluginReleases for one ADD, with its I/O: the ADD's
 // netns directory's identity read once, an lstat only for a record the rule
-// would release if its netns were gone.
+// would release if its netns were gone, and the namespaces still held read
+// once, only when a record's netns path is gone (the walk of /proc is the
+// costly part: an ADD that releases nothing never makes it).
 type deathJudge struct {
-	view  NetnsView
-	add   Owner
-	dir   string // the ADD's netns directory; "" judges nothing
-	id    DirID
-	read  bool
-	freed int
+	view NetnsView
+	add  Owner
+	dir  string // the ADD's netns directory; "" judges nothing
+	id   DirID
+	read bool
+	// held, heldErr: the namespaces still held (heldRead: read).
+	held     NetnsHolders
+	heldErr  error
+	heldRead bool
+	freed    int
 	// scanned: releaseDead ran (once per ADD: a second full range set
 	// finds nothing more to free).
 	scanned bool
@@ -106,7 +120,16 @@ func (j *deathJudge) reason(r *Record, exhausted bool) string {
 	if PluginReleases(r, j.add, exhausted, ev, fs.ErrNotExist) == "" {
 		return "" // kept whatever the lstat says: no I/O
 	}
-	return PluginReleases(r, j.add, exhausted, ev, j.view.Lstat(filepath.Clean(r.Netns)))
+	lerr := j.view.Lstat(filepath.Clean(r.Netns))
+	if PluginReleases(r, j.add, exhausted, ev, lerr) == "" {
+		return ""
+	}
+	if !j.heldRead {
+		j.held, j.heldErr = j.view.Holders()
+		j.heldRead = true
+	}
+	ev, _ = NetnsGone(ev, r, lerr, j.held, j.heldErr)
+	return PluginReleases(r, j.add, exhausted, ev, lerr)
 }
 
 // releaseReplaced frees the ADD's pod's other sandboxes whose netns is torn
@@ -150,7 +173,7 @@ func (j *deathJudge) release(tx Store, recs []*Record, exhausted bool, now time.
 		if err := tx.DeleteRecord(r); err != nil {
 			return err
 		}
-		ev := auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), Why{Reason: reason, By: "plugin"}, now)
+		ev := auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), Why{Reason: reason, By: ByPlugin}, now)
 		ev.PodUID = r.PodUID
 		if err := tx.Audit(ev); err != nil {
 			return err

@@ -3,6 +3,7 @@ package allocator
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"net/netip"
 	"testing"
@@ -41,6 +42,12 @@ func TestPluginReleases(t *testing.T) {
 		{"same pod, netns outside the ADD's directory", samePod, add, false, NetnsElsewhere, gone, ""},
 		{"same pod, directory unreadable", samePod, add, false, NetnsDirUnseen, gone, ""},
 		{"same pod, another view's directory", samePod, add, false, NetnsOtherDir, gone, ""},
+		{"same pod, directory known by reusable numbers only", samePod, add, false, NetnsReusableID, gone, ""},
+		{"same pod, path gone but its namespace still held", samePod, add, false, NetnsHeld, gone, ""},
+		{"same pod, path gone, holders unreadable", samePod, add, false, NetnsHoldersUnseen, gone, ""},
+		{"another pod, reusable numbers only, exhausted", otherPod, add, true, NetnsReusableID, gone, ""},
+		{"another pod, namespace still held, exhausted", otherPod, add, true, NetnsHeld, gone, ""},
+		{"another pod, holders unreadable, exhausted", otherPod, add, true, NetnsHoldersUnseen, gone, ""},
 		{"same name, another UID (a recreated pod), not exhausted", sameNameOtherUID, add, false, NetnsProvable, gone, ""},
 		{"same name, another UID, exhausted", sameNameOtherUID, add, true, NetnsProvable, gone, ReasonNetnsGoneAtExhaustion},
 		{"another pod, netns gone, not exhausted", otherPod, add, false, NetnsProvable, gone, ""},
@@ -65,6 +72,16 @@ type fakeView struct {
 	dirs   map[string]DirID
 	exists map[string]bool
 	lstats int
+	// held: the namespaces something holds; heldErr: they cannot be read;
+	// walks counts Holders calls.
+	held    NetnsHolders
+	heldErr error
+	walks   int
+}
+
+func (v *fakeView) Holders() (NetnsHolders, error) {
+	v.walks++
+	return v.held, v.heldErr
 }
 
 func (v *fakeView) DirID(dir string) (DirID, error) {
@@ -82,11 +99,22 @@ func (v *fakeView) Lstat(path string) error {
 	return fs.ErrNotExist
 }
 
-var runNetns = DirID{Dev: 25, Ino: 1000}
+var runNetns = DirID{Dev: 25, Ino: 1000, Handle: "\x01\x00\x00\x00gen1"}
+
+// nsOf is the namespace a test's netns path names (one per path).
+func nsOf(netns string) NsID {
+	h := fnv.New32a()
+	h.Write([]byte(netns))
+	return NsID{Dev: 4, Ino: 4026532000 + uint64(h.Sum32()%100000)}
+}
+
+func witnessOf(netns string) NetnsWitness {
+	return NetnsWitness{Dir: runNetns, Existed: true, Netns: nsOf(netns)}
+}
 
 func podOwner(id, uid, netns string) Owner {
 	return Owner{ContainerID: id, IfName: "eth0", Netns: netns, PodNamespace: "ns", PodName: "p-" + uid, PodUID: uid,
-		NetnsWitness: NetnsWitness{Dir: runNetns, Existed: true}}
+		NetnsWitness: witnessOf(netns)}
 }
 
 // Allocate with a view: a pod's dead sandbox is freed before the choice (the
@@ -168,16 +196,28 @@ func TestAllocateReleasesDeadSandboxes(t *testing.T) {
 		"no witness":    func(r *Record) { r.NetnsWitness = NetnsWitness{} },
 		"never existed": func(r *Record) { r.NetnsWitness.Existed = false },
 		"/proc path":    func(r *Record) { r.Netns = "/proc/1234/ns/net" },
-		"other view":    func(r *Record) { r.NetnsWitness.Dir = DirID{Dev: 40, Ino: 1000} },
-		"other dir":     func(r *Record) { r.Netns = "/var/run/other/x" },
-		"host-local":    func(r *Record) { r.Source = SourceHostLocal },
+		"other view":    func(r *Record) { r.NetnsWitness.Dir = DirID{Dev: 40, Ino: 1000, Handle: runNetns.Handle} },
+		// The device and inode the plugin saw, reused by a tmpfs mounted
+		// in place of the old one or a directory created in place of it.
+		"same numbers, another directory": func(r *Record) { r.NetnsWitness.Dir.Handle = "\x01\x00\x00\x00gen2" },
+		"a witness by numbers only":       func(r *Record) { r.NetnsWitness.Dir.Handle = "" },
+		"no namespace identity":           func(r *Record) { r.NetnsWitness.Netns = NsID{} },
+		"namespace still held": func(r *Record) {
+			if v.held == nil {
+				v.held = NetnsHolders{}
+			}
+			v.held[r.NetnsWitness.Netns] = struct{}{}
+		},
+		"holders unreadable": func(r *Record) { v.heldErr = errors.New("no /proc") },
+		"other dir":          func(r *Record) { r.Netns = "/var/run/other/x" },
+		"host-local":         func(r *Record) { r.Source = SourceHostLocal },
 	}
 	for name, spoil := range doubt {
 		ds := newStore(t)
 		for i, ip := range []string{"10.0.0.2", "10.0.0.3", "10.0.0.4"} {
 			r := rec(ip, fmt.Sprintf("X%d", i), "eth0")
 			r.Netns, r.PodUID = fmt.Sprintf("/run/netns/gone%d", i), "uid-x"
-			r.NetnsWitness = NetnsWitness{Dir: runNetns, Existed: true}
+			r.NetnsWitness = witnessOf(r.Netns)
 			spoil(r)
 			update(t, ds, func(tx Store) error { return tx.Put(r) })
 		}
@@ -192,6 +232,7 @@ func TestAllocateReleasesDeadSandboxes(t *testing.T) {
 		if aerr == nil || ds.count() != 3 {
 			t.Errorf("%s: a full pool of doubtful dead records: err %v, %d records (want exhaustion, 3)", name, aerr, ds.count())
 		}
+		v.held, v.heldErr = nil, nil
 	}
 
 	// Without a view (or a named netns for the ADD) nothing is judged.
@@ -223,4 +264,45 @@ func undoAdd(tx Store, containerID string) error {
 		return errors.New("release: " + err.Error())
 	}
 	return nil
+}
+
+// The walk for namespaces still held is made only when a record is about to
+// be released, once per ADD however many are: an ADD that frees nothing
+// (live sandboxes, doubtful records) never walks /proc.
+func TestAllocateWalksHoldersOnlyToRelease(t *testing.T) {
+	small := set(rng("10.0.0.0/29", "10.0.0.2", "10.0.0.4", "10.0.0.1")) // 3 addresses
+	v := &fakeView{dirs: map[string]DirID{"/run/netns": runNetns}, exists: map[string]bool{}}
+	s := newStore(t)
+	alloc := func(o Owner) error {
+		t.Helper()
+		var err error
+		update(t, s, func(tx Store) error {
+			if _, aerr := Allocate(tx, AllocateRequest{Network: "net", RangeSets: []StoredRangeSet{small}, Owner: o, Now: time.Unix(1, 0), View: v}); aerr != nil {
+				err = aerr
+			}
+			return nil
+		})
+		return err
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		ns := "/run/netns/" + id
+		v.exists[ns] = true
+		if err := alloc(podOwner(id, "uid-"+id, ns)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Full, every sandbox live: exhaustion, no walk.
+	v.exists["/run/netns/d"] = true
+	if err := alloc(podOwner("d", "uid-d", "/run/netns/d")); err == nil {
+		t.Fatal("a full pool of live sandboxes gave an address")
+	}
+	eq(t, "walks with nothing to release", v.walks, 0)
+	// Two die: the next ADD frees both (one taken, one free) with one walk.
+	delete(v.exists, "/run/netns/a")
+	delete(v.exists, "/run/netns/b")
+	if err := alloc(podOwner("d", "uid-d", "/run/netns/d")); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "walks of an ADD that released two records", v.walks, 1)
+	eq(t, "records", s.count(), 2)
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,35 +56,310 @@ func MigrateOnce(tx Store, dir, network string, sets []StoredRangeSet, now time.
 	return n, tx.MarkMigrated(now)
 }
 
-// ImportHostLocal copies host-local state from dir into the store so that no
-// address in use there is handed out again. Imported records are committed
-// (they were in use), keep their owner, and are attributed to the range set that
-// contains them (-1 when none does), with Source SourceHostLocal (the store
-// indexes them: Store.HostLocalRecords). Addresses already in the store are
-// left alone. It returns how many records it added. A missing dir imports nothing.
+// SyncHostLocal brings what host-local did into the store before a plugin
+// write (ADD, DEL, GC) decides anything, so that no address host-local
+// handed out is handed out again:
+//   - on the network's first use, host-local's state is imported (as
+//     MigrateOnce);
+//   - once the store was exported (ExportHostLocal marks it), host-local's
+//     files in dir are merged again whenever dir changed since the export
+//     or the last merge (its device, inode and ctime: every reservation
+//     host-local makes or frees creates or removes a file there). This is
+//     what makes rolling back to host-local and returning safe, whenever
+//     the return happens: MergeHostLocal imports every reservation the
+//     store does not hold and keeps, reports and audits every conflict.
+//
+// A store never exported costs one key lookup more than MigrateOnce; an
+// exported one an lstat of dir while dir is unchanged. by is who acts
+// (ByPlugin).
+func SyncHostLocal(tx Store, dir, network string, sets []StoredRangeSet, by string, now time.Time) (ImportResult, error) {
+	if !tx.Migrated() {
+		return ImportNow(tx, dir, network, sets, by, now)
+	}
+	m, ok := tx.HostLocalExport()
+	if !ok {
+		return ImportResult{}, nil
+	}
+	st, err := statDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return ImportResult{}, nil // nothing of host-local's to merge
+	}
+	if err == nil && m.Seen.Valid() && st == m.Seen {
+		return ImportResult{}, nil // unchanged since the export or the last merge
+	}
+	return ImportNow(tx, dir, network, sets, by, now)
+}
+
+// ImportNow merges host-local's state from dir into the store now (the
+// plugin's first use, a change SyncHostLocal saw, an operator's `import`),
+// marks the store migrated and, when the store was exported, records dir's
+// stamp as merged. Host-local's round-robin points replace the store's only
+// when the store was exported (host-local was in charge since); otherwise
+// they are taken where the store has none.
+func ImportNow(tx Store, dir, network string, sets []StoredRangeSet, by string, now time.Time) (ImportResult, error) {
+	m, exported := tx.HostLocalExport()
+	res, err := MergeHostLocal(tx, dir, network, sets, MergeOptions{By: by, RoundRobin: exported}, now)
+	if err != nil {
+		return res, err
+	}
+	if !tx.Migrated() {
+		if err := tx.MarkMigrated(now); err != nil {
+			return res, err
+		}
+	}
+	if exported {
+		seen := res.Stamp.settled(now)
+		if seen != m.Seen {
+			m.Seen = seen
+			if err := tx.SetHostLocalExport(m); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, nil
+}
+
+// ImportHostLocal is MergeHostLocal as the plugin's first use runs it
+// (ByPlugin; host-local's round-robin points only where the store has
+// none), returning how many records it added.
+func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
+	res, err := MergeHostLocal(tx, dir, network, sets, MergeOptions{By: ByPlugin}, now)
+	return res.Imported, err
+}
+
+// HostLocalExport is a store's mark of its last export to host-local's
+// files: when it was written, and host-local's directory as last merged
+// (Seen; zero until a merge stamped it, or when the directory changed too
+// recently for its ctime to tell a later change apart). While a store
+// carries it, SyncHostLocal merges whatever host-local changed.
+type HostLocalExport struct {
+	At   time.Time
+	Seen DirStamp
+}
+
+// DirStamp identifies a directory's content as of a moment: its device,
+// inode and ctime (which the kernel sets at every entry created or removed,
+// and which no user can set). The zero stamp matches nothing.
+type DirStamp struct {
+	Dev, Ino uint64
+	Ctime    int64 // nanoseconds since the epoch
+}
+
+// Valid reports whether s was taken (the zero stamp was not).
+func (s DirStamp) Valid() bool { return s != DirStamp{} }
+
+// stampSettle is how long after a directory's last change its stamp is
+// trusted: a change within the same tick of the kernel's coarse clock would
+// leave the ctime as it was (the racy-timestamp problem). A stamp taken
+// sooner is recorded as zero, so the next call merges again.
+const stampSettle = 2 * time.Second
+
+// settled is s when the directory's last change is at least stampSettle
+// before now, else the zero stamp.
+func (s DirStamp) settled(now time.Time) DirStamp {
+	if !s.Valid() || now.Sub(time.Unix(0, s.Ctime)) < stampSettle {
+		return DirStamp{}
+	}
+	return s
+}
+
+// HostLocalFile is one host-local reservation file as read: the address it
+// is named after and the attachment it names (IfName empty in files of
+// versions before ifname was recorded).
+type HostLocalFile struct {
+	IP                  netip.Addr
+	ContainerID, IfName string
+}
+
+// MergeVerdict is what a merge does with one host-local reservation.
+type MergeVerdict int
+
+const (
+	// MergeImport: the store holds nothing there; the reservation is
+	// imported (committed, Source SourceHostLocal).
+	MergeImport MergeVerdict = iota
+	// MergeSame: the store holds the address for the same attachment.
+	MergeSame
+	// MergeConflict: the store holds the address for another attachment,
+	// or a damaged record of another (or an unreadable) owner holds it. The
+	// address stays reserved for the store's holder (no write replaces
+	// another owner's record) and is never handed out; the conflict is
+	// audited (AuditImportConflict) and reported.
+	MergeConflict
+)
+
+// DecideMerge is the merge's decision for host-local's reservation f given
+// what the store holds at f.IP: a record, a damaged record, or neither. One
+// attachment is the same container ID with the same ifname, or with no
+// ifname on either side (a record or file of a version before ifname was
+// recorded). A damaged record is the same only when its readable part
+// names that attachment, or names none and the file is the placeholder
+// export wrote for it.
+func DecideMerge(f HostLocalFile, held *Record, damaged *DamagedRecord) MergeVerdict {
+	switch {
+	case damaged != nil:
+		if damaged.ContainerID == "" && f.ContainerID == DamagedPlaceholder ||
+			damaged.ContainerID != "" && sameAttachment(f, damaged.ContainerID, damaged.IfName) {
+			return MergeSame
+		}
+		return MergeConflict
+	case held == nil:
+		return MergeImport
+	case sameAttachment(f, held.ContainerID, held.IfName):
+		return MergeSame
+	}
+	return MergeConflict
+}
+
+func sameAttachment(f HostLocalFile, containerID, ifname string) bool {
+	return f.ContainerID == containerID && (f.IfName == ifname || f.IfName == "" || ifname == "")
+}
+
+// DamagedPlaceholder is the container ID export writes in host-local's file
+// for a damaged record whose owner cannot be read.
+const DamagedPlaceholder = "hostlease-damaged-record"
+
+// ImportConflict is one MergeConflict: host-local's file and who the store
+// holds the address for (Damaged: a damaged record, its owner as far as
+// readable).
+type ImportConflict struct {
+	File                          HostLocalFile
+	StoreContainerID, StoreIfName string
+	Damaged                       bool
+}
+
+// ImportResult is what a merge did: records imported, reservations the
+// store already held for the same attachment, the conflicts (in address
+// order), and the directory's stamp taken before it was read.
+type ImportResult struct {
+	Imported, Same int
+	Conflicts      []ImportConflict
+	Stamp          DirStamp
+}
+
+// MergeOptions: By is who acts (the audit's By); RoundRobin makes
+// host-local's round-robin points replace the store's when the merge finds
+// reservations the store did not hold (host-local was in charge and handed
+// out addresses since the store's points were set), rather than fill only
+// those missing.
+type MergeOptions struct {
+	By         string
+	RoundRobin bool
+}
+
+// MergeHostLocal merges host-local's state in dir into the store so that
+// no address in use there is handed out again: each reservation file is
+// judged by DecideMerge. Imported records are committed (they were in use),
+// keep their owner, and are attributed to the range set that contains them
+// (-1 when none does), with Source SourceHostLocal (the store indexes them:
+// Store.HostLocalRecords). A conflict keeps the store's holder and is
+// audited, one AuditImportConflict entry each; the imports are audited as
+// one AuditImport entry. Nothing the store holds is released. A missing dir
+// merges nothing.
 //
 // dir and the files read from it are trusted only by trustfs's contract: a
 // dir or file that is a symlink, or that another user owns or can write, is
 // refused (an error matching trustfs.ErrUntrusted naming it, its owner and
 // mode, and the fix), and nothing is imported: importing another user's
 // files would let them reserve or shape this network's addresses.
-func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
+func MergeHostLocal(tx Store, dir, network string, sets []StoredRangeSet, o MergeOptions, now time.Time) (ImportResult, error) {
+	var res ImportResult
+	st, err := readHostLocal(dir)
+	res.Stamp = st.stamp
+	if err != nil {
+		return res, err
+	}
+	for _, f := range st.files {
+		held, damaged := tx.Lookup(f.IP)
+		switch DecideMerge(f, held, damaged) {
+		case MergeSame:
+			res.Same++
+		case MergeConflict:
+			c := ImportConflict{File: f, Damaged: damaged != nil}
+			if held != nil {
+				c.StoreContainerID, c.StoreIfName = held.ContainerID, held.IfName
+			} else {
+				c.StoreContainerID, c.StoreIfName = damaged.ContainerID, damaged.IfName
+			}
+			res.Conflicts = append(res.Conflicts, c)
+			if err := tx.Audit(AuditEvent{Time: now, Action: AuditImportConflict, IP: f.IP, ContainerID: f.ContainerID, IfName: f.IfName,
+				Reason: c.reason(dir), By: o.By}); err != nil {
+				return res, err
+			}
+		case MergeImport:
+			if err := tx.Put(importedRecord(f, network, sets, now)); err != nil {
+				return res, err
+			}
+			res.Imported++
+		}
+	}
+	// host-local's round-robin points: where the store has none; with
+	// RoundRobin also over the store's, when host-local reserved something
+	// the store did not hold (its ADDs moved them; its DELs alone do not).
+	takeOver := o.RoundRobin && res.Imported+len(res.Conflicts) > 0
+	for i, ip := range st.last {
+		if cur, has := tx.LastReserved(i); !has || takeOver && cur != ip {
+			if err := tx.SetLastReserved(i, ip); err != nil {
+				return res, err
+			}
+		}
+	}
+	if res.Imported > 0 {
+		if err := tx.Audit(AuditEvent{Time: now, Action: AuditImport, Reason: fmt.Sprintf("%d reservations from %s", res.Imported, dir), By: o.By}); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// importedRecord is the record a merge writes for host-local's reservation
+// f: committed (it was in use), its owner, attributed to the range set that
+// contains it (-1 when none does), Source SourceHostLocal.
+func importedRecord(f HostLocalFile, network string, sets []StoredRangeSet, now time.Time) *Record {
+	rec := &Record{
+		IP: f.IP, RangeSet: -1, ContainerID: f.ContainerID, IfName: f.IfName,
+		Network: network, State: StateCommitted, Source: SourceHostLocal, Created: now, Committed: now,
+	}
+	for si, set := range sets {
+		if ri := rangeFor(set, f.IP); ri >= 0 {
+			r := set.Ranges[ri]
+			rec.RangeSet, rec.PrefixLen, rec.Gateway = si, r.Subnet.Bits(), r.Gateway
+			break
+		}
+	}
+	return rec
+}
+
+// hostLocalState is host-local's state as read from its directory: the
+// reservation files in address order, the round-robin points, and the
+// directory's stamp taken before anything was read (a change made while
+// the files are read makes the next SyncHostLocal merge again).
+type hostLocalState struct {
+	files []HostLocalFile
+	last  map[int]netip.Addr
+	stamp DirStamp
+}
+
+// readHostLocal reads host-local's state in dir by trustfs's contract
+// (MergeHostLocal's); a missing dir is an empty state.
+func readHostLocal(dir string) (hostLocalState, error) {
+	st := hostLocalState{last: map[int]netip.Addr{}}
 	d, err := trustfs.OpenDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return st, nil
 	}
 	if trustfs.IsUntrusted(err) {
-		return 0, fmt.Errorf("host-local state: %w", err)
+		return st, fmt.Errorf("host-local state: %w", err)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading host-local state %s: %w", dir, err)
+		return st, fmt.Errorf("reading host-local state %s: %w", dir, err)
 	}
 	defer d.Close()
+	st.stamp = fdStamp(d.Fd())
 	entries, err := d.Entries()
 	if err != nil {
-		return 0, fmt.Errorf("reading host-local state %s: %w", dir, err)
+		return st, fmt.Errorf("reading host-local state %s: %w", dir, err)
 	}
-	n := 0
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() {
@@ -93,15 +369,11 @@ func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now t
 			i, err1 := strconv.Atoi(idx)
 			data, err2 := d.ReadFile(name, hostLocalMaxFile)
 			if trustfs.IsUntrusted(err2) {
-				return n, fmt.Errorf("host-local state: %w", err2)
+				return st, fmt.Errorf("host-local state: %w", err2)
 			}
 			ip, err3 := netip.ParseAddr(strings.TrimSpace(string(data)))
 			if err1 == nil && err2 == nil && err3 == nil {
-				if _, has := tx.LastReserved(i); !has {
-					if err := tx.SetLastReserved(i, ip.Unmap()); err != nil {
-						return n, err
-					}
-				}
+				st.last[i] = ip.Unmap()
 			}
 			continue
 		}
@@ -109,40 +381,64 @@ func ImportHostLocal(tx Store, dir, network string, sets []StoredRangeSet, now t
 		if err != nil {
 			continue // "lock" and anything else that is not an address
 		}
-		ip = ip.Unmap()
-		if tx.Taken(ip) || tx.HasRecord(ip) {
-			continue
-		}
 		data, err := d.ReadFile(name, hostLocalMaxFile)
 		if trustfs.IsUntrusted(err) {
-			return n, fmt.Errorf("host-local state: %w", err)
+			return st, fmt.Errorf("host-local state: %w", err)
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			continue // host-local's DEL removed it since the listing
 		}
 		if err != nil {
-			return n, fmt.Errorf("reading host-local reservation %s: %w", name, err)
+			return st, fmt.Errorf("reading host-local reservation %s: %w", name, err)
 		}
 		id, ifname, _ := strings.Cut(strings.TrimSpace(string(data)), hostLocalLineBreak)
-		rec := &Record{
-			IP: ip, RangeSet: -1, ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifname),
-			Network: network, State: StateCommitted, Source: SourceHostLocal, Created: now, Committed: now,
-		}
-		for si, set := range sets {
-			if ri := rangeFor(set, ip); ri >= 0 {
-				r := set.Ranges[ri]
-				rec.RangeSet, rec.PrefixLen, rec.Gateway = si, r.Subnet.Bits(), r.Gateway
-				break
-			}
-		}
-		if err := tx.Put(rec); err != nil {
-			return n, err
-		}
-		n++
+		st.files = append(st.files, HostLocalFile{IP: ip.Unmap(), ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifname)})
 	}
-	if n > 0 {
-		if err := tx.Audit(AuditEvent{Time: now, Action: AuditImport, Reason: fmt.Sprintf("%d reservations from %s", n, dir), By: "plugin"}); err != nil {
-			return n, err
+	slices.SortFunc(st.files, func(a, b HostLocalFile) int { return a.IP.Compare(b.IP) })
+	return st, nil
+}
+
+// PendingHostLocal returns, for a store exported to host-local whose next
+// write has not merged dir yet, the records that merge would import for
+// (containerID, ifname): host-local's reservations of that attachment at
+// addresses the store does not hold (MergeImport; a conflict is never the
+// attachment's). It reads and writes nothing else, so a read-only verb
+// (CHECK) sees an attachment host-local set up while it was in charge. A
+// store never exported has none, nor one whose dir is unchanged since its
+// last merge (SyncHostLocal would merge nothing).
+func PendingHostLocal(tx Store, dir, network string, sets []StoredRangeSet, containerID, ifname string) ([]*Record, error) {
+	m, exported := tx.HostLocalExport()
+	if !exported {
+		return nil, nil
+	}
+	if cur, err := statDir(dir); errors.Is(err, os.ErrNotExist) || err == nil && m.Seen.Valid() && cur == m.Seen {
+		return nil, nil
+	}
+	st, err := readHostLocal(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Record
+	for _, f := range st.files {
+		if f.ContainerID != containerID || f.IfName != ifname && f.IfName != "" {
+			continue
+		}
+		if held, damaged := tx.Lookup(f.IP); DecideMerge(f, held, damaged) == MergeImport {
+			out = append(out, importedRecord(f, network, sets, time.Time{}))
 		}
 	}
-	return n, nil
+	return out, nil
+}
+
+// reason is the conflict's audit reason: the file, and whom the store holds
+// the address for.
+func (c ImportConflict) reason(dir string) string {
+	holder := fmt.Sprintf("container %q ifname %q", c.StoreContainerID, c.StoreIfName)
+	if c.Damaged {
+		holder = "a damaged record (" + holder + " as far as readable)"
+	}
+	return fmt.Sprintf("host-local's file %s/%s names this attachment; the store holds the address for %s: kept reserved for the store's holder, not handed out",
+		dir, hostLocalFileName(c.File.IP), holder)
 }
 
 // hostLocalMaxFile bounds what is read of one host-local file (a container
@@ -157,10 +453,26 @@ type HostLocalReservation struct {
 	ContainerID, IfName string
 }
 
+// ExportResult is what ExportHostLocal did: the reservation files written,
+// and what it merged first (a store exported before: host-local may have
+// acted since).
+type ExportResult struct {
+	Written int
+	Merged  ImportResult
+}
+
 // ExportHostLocal writes the store's reservations, then extra, then the
 // round-robin points to dir in host-local's format, for rolling back to
 // host-local. Existing files for the same addresses are replaced; other files
 // are left alone.
+//
+// A store exported before is first merged with dir (ImportNow, as by): what
+// host-local reserved since is kept, and a file naming an address the store
+// holds for another attachment (a conflict) is left as it is, so that
+// host-local keeps it reserved too; it is reported in Merged. Once written,
+// the store is marked exported (SetHostLocalExport, at now): from then on
+// every plugin write first merges what host-local changes in dir
+// (SyncHostLocal). tx must be a write transaction.
 //
 // dir (created 0755 when missing, its parents too) is used only by trustfs's
 // contract: a dir that is a symlink, or that another user owns or can write,
@@ -168,7 +480,27 @@ type HostLocalReservation struct {
 // random name (O_EXCL) and renamed into place relative to the directory
 // opened: a link planted at a file's name, or at any predictable temporary
 // name, is never written through.
-func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation) (int, error) {
+func ExportHostLocal(tx Store, dir, network string, extra []HostLocalReservation, by string, now time.Time) (ExportResult, error) {
+	var res ExportResult
+	if _, exported := tx.HostLocalExport(); exported && tx.Migrated() {
+		sets, err := tx.RangeSets()
+		if err != nil && !errors.Is(err, ErrDamagedValue) {
+			return res, err
+		}
+		if res.Merged, err = ImportNow(tx, dir, network, sets, by, now); err != nil {
+			return res, err
+		}
+	}
+	keep := make(map[netip.Addr]bool, len(res.Merged.Conflicts))
+	for _, c := range res.Merged.Conflicts {
+		keep[c.File.IP] = true
+	}
+	n, err := exportHostLocal(tx, dir, extra, keep, now)
+	res.Written = n
+	return res, err
+}
+
+func exportHostLocal(tx Store, dir string, extra []HostLocalReservation, keep map[netip.Addr]bool, now time.Time) (int, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return 0, err
 	}
@@ -186,6 +518,9 @@ func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation) (int, e
 	}
 	n := 0
 	err = tx.ForEach(func(r *Record) error {
+		if keep[r.IP] {
+			return nil
+		}
 		if err := write(hostLocalFileName(r.IP), reservation(HostLocalReservation{r.IP, r.ContainerID, r.IfName})); err != nil {
 			return err
 		}
@@ -196,19 +531,21 @@ func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation) (int, e
 		return n, err
 	}
 	for _, r := range extra {
+		if keep[r.IP] {
+			continue
+		}
 		if err := write(hostLocalFileName(r.IP), reservation(r)); err != nil {
 			return n, err
 		}
 		n++
 	}
 	sets, err := tx.RangeSets()
-	if errors.Is(err, ErrDamagedValue) {
+	switch {
+	case errors.Is(err, ErrDamagedValue):
 		// Without the range sets there are no round-robin points to write:
 		// host-local then starts at each range's start. Every reservation is
 		// written all the same.
-		return n, nil
-	}
-	if err != nil {
+	case err != nil:
 		return n, err
 	}
 	for i := range sets {
@@ -218,7 +555,7 @@ func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation) (int, e
 			}
 		}
 	}
-	return n, nil
+	return n, tx.SetHostLocalExport(HostLocalExport{At: now, Seen: fdStamp(d.Fd()).settled(now)})
 }
 
 // ReleaseVanishedHostLocal releases every record imported from host-local
@@ -236,7 +573,9 @@ func ExportHostLocal(tx Store, dir string, extra []HostLocalReservation) (int, e
 // trustfs's contract (a symlink, another user's, writable by group or
 // others): whoever can change it could fake a DEL. ADD calls it; the daemon
 // may too.
-func ReleaseVanishedHostLocal(tx Store, dir string, now time.Time) ([]*Record, error) {
+//
+// by is who acts (ByPlugin, ByDaemon).
+func ReleaseVanishedHostLocal(tx Store, dir, by string, now time.Time) ([]*Record, error) {
 	recs, err := tx.HostLocalRecords()
 	if err != nil || len(recs) == 0 {
 		return nil, err
@@ -254,7 +593,7 @@ func ReleaseVanishedHostLocal(tx Store, dir string, now time.Time) ([]*Record, e
 		if _, err := d.Lstat(hostLocalFileName(r.IP)); !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		why := Why{Action: AuditHostLocalGone, Reason: "host-local reservation file removed (host-local DEL)", By: "plugin"}
+		why := Why{Action: AuditHostLocalGone, Reason: "host-local reservation file removed (host-local DEL)", By: by}
 		if err := ReleaseRecord(tx, r, why, now); err != nil {
 			return out, err
 		}

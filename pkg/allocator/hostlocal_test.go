@@ -217,8 +217,8 @@ func TestExportRoundTrip(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "net1")
 	var n int
 	view(t, s, func(tx Store) error {
-		var err error
-		n, err = ExportHostLocal(tx, dir, nil)
+		res, err := ExportHostLocal(tx, dir, "net1", nil, ByPlugin, testTime)
+		n = res.Written
 		return err
 	})
 	eq(t, "exported", n, 5)

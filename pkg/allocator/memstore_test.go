@@ -21,6 +21,7 @@ type memStore struct {
 	last         map[int]netip.Addr
 	exhaustion   map[int]Exhaustion
 	migrated     bool
+	export       *HostLocalExport
 	records      map[netip.Addr]Record
 	damaged      map[netip.Addr]DamagedRecord
 	audit        []AuditEvent
@@ -80,6 +81,13 @@ func (m *memStore) RecordExhaustion(idx int, desc string, now time.Time) error {
 }
 func (m *memStore) Migrated() bool                   { return m.migrated }
 func (m *memStore) MarkMigrated(now time.Time) error { m.migrated = true; return nil }
+func (m *memStore) HostLocalExport() (HostLocalExport, bool) {
+	if m.export == nil {
+		return HostLocalExport{}, false
+	}
+	return *m.export, true
+}
+func (m *memStore) SetHostLocalExport(e HostLocalExport) error { m.export = &e; return nil }
 
 func (m *memStore) Taken(ip netip.Addr) bool { return m.HasRecord(ip) }
 func (m *memStore) HasRecord(ip netip.Addr) bool {

@@ -107,7 +107,7 @@ func GarbageCollect(tx Store, valid []Attachment, now time.Time) ([]*Record, err
 		return nil, err
 	}
 	for _, r := range gone {
-		if err := ReleaseRecord(tx, r, Why{Action: AuditGC, Reason: "not in cni.dev/valid-attachments", By: "plugin"}, now); err != nil {
+		if err := ReleaseRecord(tx, r, Why{Action: AuditGC, Reason: "not in cni.dev/valid-attachments", By: ByPlugin}, now); err != nil {
 			return nil, err
 		}
 	}

@@ -28,6 +28,11 @@ type Store interface {
 	// records it, or that it must never be).
 	Migrated() bool
 	MarkMigrated(now time.Time) error
+	// HostLocalExport is the store's mark of its last export to
+	// host-local's files (false when it was never exported);
+	// SetHostLocalExport writes it.
+	HostLocalExport() (HostLocalExport, bool)
+	SetHostLocalExport(m HostLocalExport) error
 
 	// Taken reports whether ip is reserved, from a derived index (cheap);
 	// HasRecord whether ip has a record, healthy or damaged (the truth).

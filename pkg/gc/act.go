@@ -23,7 +23,7 @@ func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []CRI
 			continue
 		}
 		if nr.rebuild {
-			aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.stores[nr.Path].rangeSets, s.now(), RebuildUnreadable)
+			aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.stores[nr.Path].rangeSets, s.now(), RebuildUnreadable, allocator.ByDaemon)
 			switch {
 			case errors.Is(err, ErrNotRebuilt):
 				// Another process (a second daemon, the CLI) rebuilt it
@@ -82,7 +82,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 		// plugin calls would wait behind.
 		return nil
 	}
-	st, err := store.Open(nr.Path, store.OpenOptions{LockTimeout: storeLockTimeout})
+	st, err := store.Open(nr.Path, store.OpenOptions{LockTimeout: storeLockTimeout, By: allocator.ByDaemon})
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 			return err
 		}
 		if plan.releaseHostLocal {
-			if hlReleased, err = allocator.ReleaseVanishedHostLocal(tx, s.hostLocalDir(nr.Network), now); err != nil {
+			if hlReleased, err = allocator.ReleaseVanishedHostLocal(tx, s.hostLocalDir(nr.Network), allocator.ByDaemon, now); err != nil {
 				return err
 			}
 		}
@@ -133,7 +133,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 			}
 			switch d.Action {
 			case Reclaim:
-				why := allocator.Why{Action: allocator.AuditReclaim, Reason: string(d.Reason) + ": " + d.Detail, By: "hostlease-gc"}
+				why := allocator.Why{Action: allocator.AuditReclaim, Reason: string(d.Reason) + ": " + d.Detail, By: allocator.ByDaemon}
 				if err := allocator.ReleaseRecord(tx, cur, why, now); err != nil {
 					return err
 				}

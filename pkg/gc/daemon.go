@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // DefaultNetnsDebounce gathers the removals of one teardown burst into one
@@ -39,6 +38,9 @@ type Daemon struct {
 	// httpShed counts connections the listener closed to stay within
 	// --http-max-connections.
 	httpShed prometheus.Counter
+	// scrapes serves /metrics (made by Handler); a finished sweep discards
+	// its rendering.
+	scrapes atomic.Pointer[scrapeHandler]
 
 	lastSweep atomic.Int64 // unix nanos of the last finished sweep
 	ready     atomic.Bool  // a sweep has reached CRI
@@ -133,6 +135,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 func (d *Daemon) sweep(ctx context.Context, why string) {
 	rep := d.Sweeper.Sweep(ctx)
+	if h := d.scrapes.Load(); h != nil {
+		h.cache.invalidate()
+	}
 	d.lastSweep.Store(time.Now().UnixNano())
 	if rep.CRI.Complete {
 		d.ready.Store(true)
@@ -166,13 +171,18 @@ func (d *Daemon) noteDataDir(ctx context.Context, st DataDirStatus) {
 	}
 }
 
-// Handler serves /metrics (at most metricsInFlight at once, 503 beyond);
-// /healthz fails when no sweep finished for three intervals (a wedged loop);
-// /readyz succeeds once a sweep reached CRI, unless the last sweep found no
-// --data-dir (its body says why; an empty data dir is ready, and says so).
+// Handler serves /metrics (scrapeHandler: one rendering shared by the
+// scrapes of a second, at most metricsPerClient in flight per client
+// address, 503 beyond); /healthz and /readyz share nothing with it (no
+// slot, no lock: a probe never waits behind a scrape). /healthz fails when
+// no sweep finished for three intervals (a wedged loop); /readyz succeeds
+// once a sweep reached CRI, unless the last sweep found no --data-dir (its
+// body says why; an empty data dir is ready, and says so).
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{MaxRequestsInFlight: metricsInFlight}))
+	sh := newScrapeHandler(d.Registry)
+	d.scrapes.Store(sh)
+	mux.Handle("/metrics", sh)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		last := time.Unix(0, d.lastSweep.Load())
 		if d.lastSweep.Load() != 0 && time.Since(last) > 3*d.Sweeper.Opts.Interval+2*criTimeout {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
@@ -145,5 +147,65 @@ func TestKubeClientOneLongWatchBoundedRequests(t *testing.T) {
 		}
 	case <-time.After(hangGuard):
 		t.Fatalf("hung: an Event to an API server that never answers did not return in %s", hangGuard)
+	}
+}
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The pod watch is one long request that only the server ends: nothing on
+// the client's side bounds it (no deadline on its request, no cancel when
+// another request's timeout expires). A watch bounded by the request timeout
+// (15 s) would end and be made again 4 times a quiet minute on every node.
+func TestKubePodWatchNotEndedByTheClient(t *testing.T) {
+	api := newFakeAPIServer(t)
+	o := &Options{Kubeconfig: kubeconfigFor(t, api.URL), NodeName: "node1"}
+	cfg, err := restConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var watches []*http.Request
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Query().Get("watch") == "true" {
+				mu.Lock()
+				watches = append(watches, r)
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := NewKube(cs, "node1")
+	defer k.Close()
+	k.requestTimeout = 50 * time.Millisecond
+	if v := k.View(context.Background()); !v.Available {
+		t.Fatalf("view %+v: the informer did not sync against the fake API server", v)
+	}
+	// An Event to this server (which never answers one) ends when its
+	// request timeout expires: a watch bounded by that timeout, started
+	// before it, has ended by then.
+	if err := k.Event(context.Background(), APIView{Enabled: true, Available: true}, &allocator.Record{}, "Normal", "AddressReclaimed", "m"); err == nil {
+		t.Fatal("an Event to an API server that never answers returned no error")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(watches) == 0 {
+		t.Fatal("the informer opened no pod watch")
+	}
+	for i, r := range watches {
+		if dl, ok := r.Context().Deadline(); ok {
+			t.Errorf("pod watch %d (%s) has a client deadline (%s): the client ends it, and the informer makes another",
+				i, r.URL.RawQuery, dl.Format(time.RFC3339Nano))
+		}
+		if err := r.Context().Err(); err != nil {
+			t.Errorf("pod watch %d (%s) was ended by the client: %v", i, r.URL.RawQuery, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -126,6 +127,7 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 // the previous dry-run sweep decided (the store still holds an older one).
 func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes []CRISandbox, boot, now time.Time) []Use {
 	dir := s.netnsDirView()
+	holders := &netnsHolders{procDir: s.procDir()}
 	var facts []NetnsFacts
 	for _, nr := range rep.Networks {
 		if !nr.readable() {
@@ -141,17 +143,23 @@ func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes [
 				}
 			}
 		}
-		nr.netns, nr.cands = s.candidates(nr.Snapshot, rep.CRI, dir, boot, now)
+		nr.netns, nr.cands = s.candidates(nr.Snapshot, rep.CRI, dir, holders, boot, now)
 		facts = append(facts, nr.netns)
 	}
 	rep.Netns = NetnsProof(dir, facts)
 	return s.sandboxUses(ctx, rep.CRI, sandboxes, rep.Networks)
 }
 
-// netnsDirView stats --netns-dir once for the sweep.
+// netnsDirView stats --netns-dir once for the sweep. A directory whose file
+// handle cannot be read is unseen: its device and inode alone prove nothing
+// (allocator.DirID), and the reason is the operator's to fix.
 func (s *Sweeper) netnsDirView() NetnsDirView {
 	v := NetnsDirView{Dir: s.Opts.NetnsDir}
 	v.ID, v.Err = allocator.DirIDOf(v.Dir)
+	if v.Err == nil && v.ID.Handle == "" {
+		_, herr := allocator.ReadFileHandle(v.Dir)
+		v.ID, v.Err = allocator.DirID{}, fmt.Errorf("no file handle (%v): its device and inode alone do not tell it from a directory or tmpfs made in its place; the daemon needs name_to_handle_at(2) (containerd 1.6.22/1.7.3 or later allow it under RuntimeDefault) and a filesystem that gives handles (tmpfs, ext4, xfs, btrfs)", herr)
+	}
 	return v
 }
 
@@ -159,7 +167,7 @@ func (s *Sweeper) netnsDirView() NetnsDirView {
 // any. A netns is judged only with positive evidence (netnsDoubt: the
 // record's witness has --netns-dir's identity); a record written before the
 // boot is proven dead unless its netns path still exists.
-func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, boot, now time.Time) (NetnsFacts, []Candidate) {
+func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, holders *netnsHolders, boot, now time.Time) (NetnsFacts, []Candidate) {
 	facts := NetnsFacts{Evidence: map[allocator.NetnsEvidence]int{}}
 	evidence := make([]allocator.NetnsEvidence, len(snap.Records))
 	checked := 0
@@ -196,7 +204,19 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, boo
 		if _, listed := view.Sandboxes[r.ContainerID]; !listed && view.Complete {
 			provable, doubt := netnsDoubt(evidence[i], r, dir, facts.LiveMissing)
 			if provable {
-				c.NetnsGone = netnsMissing(r.Netns)
+				// The path being gone proves nothing while something
+				// still holds the namespace (allocator.NetnsGone).
+				lerr := netnsLstat(r.Netns)
+				if errors.Is(lerr, os.ErrNotExist) {
+					held, herr := holders.get()
+					ev, gone := allocator.NetnsGone(evidence[i], r, lerr, held, herr)
+					c.NetnsGone = gone
+					if !gone {
+						jv := dir.judge()
+						jv.HoldersErr = herr
+						doubt = ev.Doubt(r, jv)
+					}
+				}
 			}
 			c.NetnsDoubt = doubt
 			if !c.NetnsGone && PredatesBoot(r.Created, boot, now) {
@@ -206,6 +226,38 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, boo
 		out[i] = c
 	}
 	return facts, out
+}
+
+// netnsHolders reads the namespaces something still holds
+// (allocator.ReadNetnsHolders) at most once a sweep, and only when a record
+// would be reclaimed as netns_gone.
+type netnsHolders struct {
+	procDir string
+	read    bool
+	held    allocator.NetnsHolders
+	err     error
+}
+
+func (h *netnsHolders) get() (allocator.NetnsHolders, error) {
+	if !h.read {
+		h.held, h.err = allocator.ReadNetnsHolders(h.procDir)
+		h.read = true
+	}
+	return h.held, h.err
+}
+
+// procDir is --proc-dir (DefaultProcDir when unset).
+func (s *Sweeper) procDir() string {
+	if s.Opts.ProcDir == "" {
+		return DefaultProcDir
+	}
+	return s.Opts.ProcDir
+}
+
+// netnsLstat is the lstat of a netns path (its error).
+func netnsLstat(path string) error {
+	_, err := os.Lstat(path)
+	return err
 }
 
 // netnsMissing reports whether path provably does not exist (any other error

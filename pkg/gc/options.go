@@ -79,7 +79,8 @@ func RegisterRunFlags(fs *flag.FlagSet) *Options {
 	fs.Float64Var(&o.MaxReclaimFraction, "max-reclaim-fraction", DefaultMaxReclaimFraction, "refuse a sweep that would reclaim, without proof of death, more than this fraction of the records a network holds (0 < f <= 1; at least one record is always allowed)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be reclaimed and change nothing")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty disables)")
-	fs.IntVar(&o.HTTP.MaxConns, "http-max-connections", DefaultHTTPMaxConns, "connections the metrics listener holds at most; beyond, the one waiting longest (idle, or still sending its header) is closed to make room")
+	fs.IntVar(&o.HTTP.MaxConns, "http-max-connections", DefaultHTTPMaxConns, "connections the metrics listener holds at most; beyond, one of the client address holding the most is closed to make room (idle first, then one being served, one still sending its header last)")
+	fs.IntVar(&o.HTTP.MaxConnsPerClient, "http-max-connections-per-client", DefaultHTTPMaxConnsPerClient, "connections one client address holds at most on the metrics listener (at most --http-max-connections); beyond, one of its own is closed to make room")
 	fs.DurationVar(&o.HTTP.ReadHeaderTimeout, "http-read-header-timeout", DefaultHTTPReadHeaderTimeout, "close a metrics-listener connection whose request header is not complete in this time")
 	fs.DurationVar(&o.HTTP.ReadTimeout, "http-read-timeout", DefaultHTTPReadTimeout, "time to read a whole request on the metrics listener")
 	fs.DurationVar(&o.HTTP.WriteTimeout, "http-write-timeout", DefaultHTTPWriteTimeout, "time from a request's header to the end of its response on the metrics listener")
@@ -144,6 +145,9 @@ func (o *Options) Validate() error {
 func (l HTTPLimits) validate() error {
 	if l.MaxConns < 1 || l.MaxConns > MaxHTTPConns {
 		return fmt.Errorf("--http-max-connections must be between 1 and %d, got %d", MaxHTTPConns, l.MaxConns)
+	}
+	if l.MaxConnsPerClient < 1 || l.MaxConnsPerClient > MaxHTTPConns {
+		return fmt.Errorf("--http-max-connections-per-client must be between 1 and %d, got %d", MaxHTTPConns, l.MaxConnsPerClient)
 	}
 	for _, t := range []struct {
 		name string

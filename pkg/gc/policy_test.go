@@ -14,6 +14,10 @@ import (
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // testPolicy is the daemon's default policy (docs/contracts.md flags).
+// heldDoubt is the words of a netns whose path is gone while its namespace
+// is held (allocator.NetnsHeld).
+var heldDoubt = allocator.NetnsHeld.Doubt(&allocator.Record{NetnsWitness: allocator.NetnsWitness{Netns: allocator.NsID{Dev: 4, Ino: 4026532177}}}, allocator.NetnsJudgeView{})
+
 var testPolicy = Policy{Misses: 3, Grace: 2 * time.Minute, MinAge: 5 * time.Minute, NetnsGrace: 0, MaxReclaimFraction: DefaultMaxReclaimFraction}
 
 // netnsGracePolicy is testPolicy with a 30s --netns-grace.
@@ -97,6 +101,7 @@ func TestDecideTable(t *testing.T) {
 		policy       *Policy // nil: testPolicy
 		rec          *allocator.Record
 		netnsGone    bool
+		netnsDoubt   string
 		predatesBoot bool
 		cri          CRIView
 		api          APIView
@@ -173,6 +178,17 @@ func TestDecideTable(t *testing.T) {
 			rec:       prec(func(r *allocator.Record) { r.Created = late.Add(-time.Minute) }, missed(1, late.Add(-30*time.Second))),
 			netnsGone: true, cri: criAt(late), now: late,
 			want: want{Reclaim, ReclaimNetnsGone, 2, late.Add(-30 * time.Second), SandboxAbsent, true}},
+		// The netns path is gone but its namespace is held (or the
+		// directory's numbers were reused): no proof; the rules without
+		// proof apply and the detail says why.
+		{name: "netns path gone, namespace still held: no proof, the first miss is kept",
+			rec:        prec(func(r *allocator.Record) { r.Created = late.Add(-time.Second) }),
+			netnsDoubt: heldDoubt, cri: criAt(late), now: late,
+			want: want{Keep, "absent", 1, late, SandboxAbsent, true}},
+		{name: "netns path gone, namespace still held: reclaimed only as sandbox_absent, when due",
+			rec:        due(),
+			netnsDoubt: heldDoubt, cri: criAt(late), now: late,
+			want: want{Reclaim, ReclaimSandboxAbsent, 3, late.Add(-5 * time.Minute), SandboxAbsent, true}},
 		{name: "predates boot: reclaimed at the first miss",
 			rec: prec(), predatesBoot: true, cri: criAt(late), now: late,
 			want: want{Reclaim, ReclaimPredatesBoot, 1, late, SandboxAbsent, true}},
@@ -272,7 +288,10 @@ func TestDecideTable(t *testing.T) {
 			if tc.policy != nil {
 				p = *tc.policy
 			}
-			d := decide1(p, Candidate{Record: tc.rec, NetnsGone: tc.netnsGone, PredatesBoot: tc.predatesBoot}, tc.cri, tc.api, tc.now)
+			d := decide1(p, Candidate{Record: tc.rec, NetnsGone: tc.netnsGone, NetnsDoubt: tc.netnsDoubt, PredatesBoot: tc.predatesBoot}, tc.cri, tc.api, tc.now)
+			if tc.netnsDoubt != "" && !strings.Contains(d.Detail, "netns proof unavailable: "+tc.netnsDoubt) {
+				t.Errorf("detail %q does not say why the netns proves nothing", d.Detail)
+			}
 			if d.Action != tc.want.action || d.Reason != tc.want.reason {
 				t.Fatalf("action=%v reason=%q (%s), want action=%v reason=%q", d.Action, d.Reason, d.Detail, tc.want.action, tc.want.reason)
 			}

@@ -104,28 +104,21 @@ func unverified(e allocator.NetnsEvidence, liveMissing int) bool {
 // sandbox dead: only when NetnsEvidenceOf says NetnsProvable and no READY
 // sandbox of the network lacks its netns (liveMissing). Otherwise it says
 // why not, for the decision's detail ("" when the record names no netns:
-// there is nothing to doubt).
+// there is nothing to doubt). The classes' words are allocator's
+// (NetnsEvidence.Doubt).
 func netnsDoubt(e allocator.NetnsEvidence, r *allocator.Record, view NetnsDirView, liveMissing int) (provable bool, doubt string) {
-	switch e {
-	case allocator.NetnsProvable:
+	if e == allocator.NetnsProvable {
 		if liveMissing == 0 {
 			return true, ""
 		}
 		return false, fmt.Sprintf("%d READY sandboxes' netns are missing from --netns-dir %s", liveMissing, view.Dir)
-	case allocator.NetnsUnnamed:
-		return false, ""
-	case allocator.NetnsNoWitness:
-		return false, "the record carries no identity of its netns directory (written by an older plugin, or the directory could not be read at ADD)"
-	case allocator.NetnsNeverExisted:
-		return false, "its netns did not exist when the record was written"
-	case allocator.NetnsElsewhere:
-		return false, fmt.Sprintf("its netns is not in --netns-dir %s", view.Dir)
-	case allocator.NetnsDirUnseen:
-		return false, fmt.Sprintf("--netns-dir %s cannot be read: %v", view.Dir, view.Err)
-	case allocator.NetnsOtherDir:
-		return false, fmt.Sprintf("--netns-dir %s is directory %s, not %s where the plugin saw the netns (a wrong mount)", view.Dir, view.ID, r.NetnsWitness.Dir)
 	}
-	return false, "unknown netns evidence " + e.String()
+	return false, e.Doubt(r, view.judge())
+}
+
+// judge is the view as allocator's doubt texts take it.
+func (v NetnsDirView) judge() allocator.NetnsJudgeView {
+	return allocator.NetnsJudgeView{Dir: v.Dir, ID: v.ID, Err: v.Err}
 }
 
 // Netns proof states (NetnsProofStatus.State).
@@ -219,6 +212,8 @@ func NetnsProof(view NetnsDirView, nets []NetnsFacts) NetnsProofStatus {
 			view.Dir, view.ID, ev[allocator.NetnsOtherDir], other), view.ID.String()+" "+other.String())
 	case ev[allocator.NetnsElsewhere] > 0:
 		return set(NetnsProofElsewhere, fmt.Sprintf("the netns of %d records are not in --netns-dir %s (e.g. %s): they are never judged by their netns", ev[allocator.NetnsElsewhere], view.Dir, elsewhere), view.ID.String())
+	case ev[allocator.NetnsReusableID] > 0:
+		return set(NetnsProofNoWitness, fmt.Sprintf("the %d records whose netns are in --netns-dir %s know its directory by device and inode numbers only, which the kernel reuses (written by an older plugin, or a filesystem without file handles): the proof waits for a record the plugin writes now%s", ev[allocator.NetnsReusableID], view.Dir, dirNote), view.ID.String())
 	case named > 0:
 		return set(NetnsProofNoWitness, fmt.Sprintf("none of the %d records that name a netns carries a witness of its directory to compare with --netns-dir %s (written by an older plugin, or the netns did not exist at ADD): the proof waits for a record the plugin writes now%s", named, view.Dir, dirNote), view.ID.String())
 	}

@@ -84,9 +84,9 @@ func TestPredatesBoot(t *testing.T) {
 // identity lets a missing netns prove a death, and a READY sandbox's missing
 // netns still vetoes it.
 func TestNetnsDoubt(t *testing.T) {
-	runtimeDir := allocator.DirID{Dev: 25, Ino: 1000}
+	runtimeDir := allocator.DirID{Dev: 25, Ino: 1000, Handle: "\x01\x00\x00\x00gen1"}
 	view := NetnsDirView{Dir: "/var/run/netns", ID: runtimeDir}
-	seen := allocator.NetnsWitness{Dir: runtimeDir, Existed: true}
+	seen := allocator.NetnsWitness{Dir: runtimeDir, Existed: true, Netns: allocator.NsID{Dev: 4, Ino: 4026532177}}
 	rec := func(netns string, w allocator.NetnsWitness) *allocator.Record {
 		return &allocator.Record{Netns: netns, NetnsWitness: w}
 	}
@@ -102,6 +102,8 @@ func TestNetnsDoubt(t *testing.T) {
 		{"identity matches but a READY sandbox's netns is missing", rec("/var/run/netns/cni-1", seen), view, 2, false, "2 READY sandboxes' netns are missing"},
 		{"identity mismatch: an empty tmpfs over --netns-dir", rec("/var/run/netns/cni-1", seen), NetnsDirView{Dir: view.Dir, ID: allocator.DirID{Dev: 77, Ino: 1}}, 0, false, "is directory 77:1, not 25:1000"},
 		{"identity mismatch: a typo'd hostPath created empty", rec("/var/run/netns/cni-1", seen), NetnsDirView{Dir: view.Dir, ID: allocator.DirID{Dev: 25, Ino: 1001}}, 0, false, "a wrong mount"},
+		{"same numbers, another handle: a tmpfs mounted in place of the plugin's", rec("/var/run/netns/cni-1", seen), NetnsDirView{Dir: view.Dir, ID: allocator.DirID{Dev: 25, Ino: 1000, Handle: "\x01\x00\x00\x00gen2"}}, 0, false, "a wrong mount"},
+		{"an older plugin's witness: numbers only", rec("/var/run/netns/cni-1", allocator.NetnsWitness{Dir: allocator.DirID{Dev: 25, Ino: 1000}, Existed: true}), view, 0, false, "which the kernel reuses"},
 		{"missing identity: the netns existed nowhere the plugin could see", rec("/var/run/netns/cni-1", allocator.NetnsWitness{Dir: runtimeDir}), view, 0, false, "did not exist when the record was written"},
 		{"legacy record (no witness)", rec("/var/run/netns/cni-1", allocator.NetnsWitness{}), view, 0, false, "written by an older plugin"},
 		{"--netns-dir unreadable", rec("/var/run/netns/cni-1", seen), NetnsDirView{Dir: view.Dir, Err: errors.New("no such file or directory")}, 0, false, "cannot be read: no such file"},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
@@ -48,8 +47,9 @@ import (
 //
 // when is judged under the lock, on the file at path then: a store that no
 // longer needs the rebuild asked for (another process rebuilt it since it was
-// judged) is left as it is, with ErrNotRebuilt.
-func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen) (aside string, n int, err error) {
+// judged) is left as it is, with ErrNotRebuilt. by names who acts in the
+// audit (allocator.ByDaemon, allocator.ByCLI("rebuild")).
+func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen, by string) (aside string, n int, err error) {
 	if err := store.CheckTrusted(path); err != nil {
 		return "", 0, err
 	}
@@ -86,7 +86,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		}
 	}
 	// From here to the rename, the old file is locked: nobody writes it.
-	oldFile, err := store.LockFile(path, store.LockOptions{Exclusive: true, Timeout: storeLockTimeout})
+	oldFile, err := store.LockFile(path, store.LockOptions{Exclusive: true, Timeout: storeLockTimeout, By: by})
 	if err != nil {
 		return "", 0, err
 	}
@@ -172,6 +172,14 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		if err := tx.MarkMigrated(now); err != nil {
 			return err
 		}
+		// An exported store stays exported: what host-local does (or did
+		// since the export) is still merged before the plugin chooses. Its
+		// stamp is dropped, so the next write merges.
+		if old.exported {
+			if err := tx.SetHostLocalExport(allocator.HostLocalExport{At: old.export.At}); err != nil {
+				return err
+			}
+		}
 		for _, r := range recs {
 			if prev, dmg := tx.Lookup(r.IP); prev != nil || dmg != nil {
 				continue
@@ -185,11 +193,11 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 		if len(unattributed) > 0 {
 			why += fmt.Sprintf("; owner unknown (kept reserved, reclaimed by the usual rules unless a sandbox uses them): %v", unattributed)
 		}
-		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: "hostlease-gc", Reason: why})
+		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: by, Reason: why})
 	})
 	if err != nil {
 		// The set-aside link is a second name of the store still in place.
-		os.Remove(aside)
+		_ = oldFile.RemoveAside(aside)
 		return "", 0, err
 	}
 	return aside, len(recs), nil
@@ -242,6 +250,10 @@ type salvaged struct {
 	records []*allocator.Record
 	damaged []allocator.DamagedRecord
 	sets    []allocator.StoredRangeSet
+	// export is the store's mark of an export to host-local's files, when
+	// it had one (exported).
+	export   allocator.HostLocalExport
+	exported bool
 	// unreadable are the addresses whose lookup met a damaged page: the page
 	// may hold their records.
 	unreadable []netip.Addr
@@ -283,6 +295,7 @@ func salvage(f *store.LockedFile) salvaged {
 	}
 	_ = st.View(func(tx *store.Tx) error {
 		out.sets, _ = tx.RangeSets()
+		out.export, out.exported = tx.HostLocalExport()
 		return nil
 	})
 	walked := st.View(func(tx *store.Tx) error {

@@ -56,7 +56,7 @@ func TestRebuildLogicallyDamagedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := t0
-	aside, n, err := RebuildStore(context.Background(), e.cri, e.path, testNet, list, testRanges, now, RebuildDamaged)
+	aside, n, err := RebuildStore(context.Background(), e.cri, e.path, testNet, list, testRanges, now, RebuildDamaged, allocator.ByCLI("rebuild"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestRebuildJudgedUnderTheLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			aside, _, err := RebuildStore(context.Background(), e.cri, e.path, testNet, nil, testRanges, t0, c.when)
+			aside, _, err := RebuildStore(context.Background(), e.cri, e.path, testNet, nil, testRanges, t0, c.when, allocator.ByDaemon)
 			asides, _ := filepath.Glob(e.path + ".corrupt-*")
 			if !c.rebuilt {
 				after, _ := os.ReadFile(e.path)

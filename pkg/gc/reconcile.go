@@ -178,7 +178,7 @@ func applyReReserves(tx *store.Tx, network string, sets []allocator.StoredRangeS
 			why = fmt.Sprintf("in use by a READY sandbox but recorded for sandbox %s (not READY)", rr.Prev.ContainerID)
 		}
 		if err := tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditReReserve, Reason: rr.Reason + ": " + why,
-			IP: rr.IP, ContainerID: rr.Sandbox.ID, IfName: ReReserveIfName, Pod: rec.PodRef(), By: "hostlease-gc"}); err != nil {
+			IP: rr.IP, ContainerID: rr.Sandbox.ID, IfName: ReReserveIfName, Pod: rec.PodRef(), By: allocator.ByDaemon}); err != nil {
 			return nil, err
 		}
 		done = append(done, rr)

@@ -65,27 +65,54 @@ func (s *Sweeper) report(ctx context.Context, rep *SweepReport, nr *NetworkRepor
 // reportPluginReleases logs, and posts an Event on the pod for, each release
 // of a dead sandbox the plugin made since the last sweep (read from the audit
 // log: the plugin posts nothing), then records in the store the last audit
-// sequence reported so that a restarted daemon reports none twice. Not in a
-// dry run (`leaks`), which writes nothing: the metric still counts them.
+// sequence reported. Not in a dry run (`leaks`), which writes nothing: the
+// metric still counts them.
+//
+// Reports are at least once: the store's mark (audit_reported) moves only
+// after every Event up to it was posted. An Event that fails is posted again
+// at the next sweep (and the mark waits for it); a daemon stopped between
+// posting and marking, or with Events still unposted, reports them again
+// after its restart (a repeated Event, never a lost one). The log line and
+// hostlease_plugin_releases_total count each release once per daemon run.
 func (s *Sweeper) reportPluginReleases(ctx context.Context, log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
+	st := s.stores[nr.Path]
+	if st == nil {
+		st = &storeState{}
+	}
 	evs := nr.Snapshot.PluginReleases
-	if len(evs) == 0 {
+	if len(evs) == 0 && len(st.unposted) == 0 {
 		return
 	}
 	for _, ev := range evs {
 		log.Info("the plugin released an address of a sandbox whose netns the runtime had torn down",
 			"ip", ev.IP, "sandbox", ev.ContainerID, "ifname", ev.IfName, "pod", ev.Pod, "reason", ev.Reason, "at", ev.Time)
+	}
+	var unposted []allocator.AuditEvent
+	for _, ev := range append(st.unposted, evs...) {
 		msg := fmt.Sprintf("hostlease released %s (network %s) of sandbox %s at ADD: its netns was torn down (%s)",
 			ev.IP, nr.Network, short(ev.ContainerID), ev.Reason)
 		r := &allocator.Record{IP: ev.IP, ContainerID: ev.ContainerID, IfName: ev.IfName, PodUID: ev.PodUID}
 		if err := s.Kube.Event(ctx, rep.API, r, "Normal", EventAddressReleasedByPlugin, msg); err != nil {
-			log.Warn("could not post Event", "error", err)
+			log.Warn("could not post Event (posted again next sweep)", "ip", ev.IP, "sandbox", ev.ContainerID, "error", err)
+			unposted = append(unposted, ev)
 		}
+	}
+	if n := len(unposted) - maxUnposted; n > 0 {
+		unposted, st.unpostedDropped = unposted[n:], true
+		log.Warn("too many Events unposted: the oldest are posted again after the daemon's restart", "dropped", n)
+	}
+	st.unposted = unposted
+	if len(unposted) > 0 || st.unpostedDropped {
+		return
 	}
 	if err := markAuditReported(nr.Path, nr.Snapshot.AuditLast); err != nil {
 		log.Warn("could not record the plugin's releases as reported (a restarted daemon reports them again)", "error", err)
 	}
 }
+
+// maxUnposted bounds the plugin releases a store keeps in memory for an
+// Event not yet posted (an API server down for long).
+const maxUnposted = 1024
 
 // EventAddressReleasedByPlugin is the reason of the Event posted on a pod
 // for each address the plugin released from one of its dead sandboxes.
@@ -95,7 +122,7 @@ const EventAddressReleasedByPlugin = "AddressReleasedByPlugin"
 // (a log whose sequences restarted below it is read whole again:
 // Tx.AuditSince).
 func markAuditReported(path string, seq uint64) error {
-	st, err := store.Open(path, store.OpenOptions{LockTimeout: storeLockTimeout})
+	st, err := store.Open(path, store.OpenOptions{LockTimeout: storeLockTimeout, By: allocator.ByDaemon})
 	if err != nil {
 		return err
 	}

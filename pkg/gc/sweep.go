@@ -65,6 +65,12 @@ type storeState struct {
 	// reported once; the store also keeps the last one reported, for the
 	// daemon's next start).
 	auditMark uint64
+	// unposted are plugin releases whose Event could not be posted: posted
+	// again each sweep until they are (report.go). While any is left, or
+	// some were dropped (unpostedDropped), the store's reported mark is not
+	// moved, so a restarted daemon reports them again.
+	unposted        []allocator.AuditEvent
+	unpostedDropped bool
 	// dryObs holds, under --dry-run, the observations a real sweep would
 	// have stored, so misses accumulate across sweeps without writing.
 	dryObs map[obsKey]allocator.Observation

@@ -86,6 +86,15 @@ var (
 	witnessKinds = "uuu"
 )
 
+// identityNames and identityKinds are the fields a format 4 record (a
+// witness with its directory's file handle or its namespace's identity) has
+// after the witness's. The handle and the namespace's inode are never both
+// empty.
+var (
+	identityNames = []string{"netnsDirHandle", "netnsDev", "netnsIno"}
+	identityKinds = "suu"
+)
+
 // span is one field's bytes within a value: [Start, End), and for a string
 // where its length prefix ends (Data).
 type span struct {
@@ -93,7 +102,8 @@ type span struct {
 	Start, Data, End int
 }
 
-// parseRecord decodes a binary (format 2, or 3 with a netns witness) record
+// parseRecord decodes a binary (format 2, 3 with a netns witness, or 4 with
+// its identities) record
 // and returns its field spans. It fails exactly where a strict decoder must:
 // a short value, an unknown format or family byte, bytes left over, no
 // address, or a witness with inode 0 or unknown flags.
@@ -101,7 +111,7 @@ func parseRecord(v []byte) (*rec, []span, error) {
 	if len(v) == 0 {
 		return nil, nil, errors.New("empty value")
 	}
-	if v[0] != 2 && v[0] != 3 {
+	if v[0] < 2 || v[0] > 4 {
 		return nil, nil, fmt.Errorf("format byte %d", v[0])
 	}
 	p := 1
@@ -110,8 +120,11 @@ func parseRecord(v []byte) (*rec, []span, error) {
 	var strs []string
 	var uints []uint64
 	names, kinds := fieldNames, fieldKinds
-	if v[0] == 3 {
+	if v[0] >= 3 {
 		names, kinds = append(append([]string(nil), fieldNames...), witnessNames...), fieldKinds+witnessKinds
+	}
+	if v[0] == 4 {
+		names, kinds = append(names, identityNames...), kinds+identityKinds
 	}
 	for i, kind := range kinds {
 		sp := span{Name: names[i], Start: p}
@@ -158,8 +171,11 @@ func parseRecord(v []byte) (*rec, []span, error) {
 	if !addrs[0].IsValid() {
 		return nil, spans, errors.New("no address")
 	}
-	if len(uints) == 3 && (uints[1] == 0 || uints[2] > 1) {
+	if len(uints) >= 3 && (uints[1] == 0 || uints[2] > 1) {
 		return nil, spans, fmt.Errorf("bad netns witness %v", uints)
+	}
+	if len(uints) == 5 && strs[len(strs)-1] == "" && uints[4] == 0 {
+		return nil, spans, errors.New("netns identity format naming neither a handle nor a namespace")
 	}
 	return &rec{IP: addrs[0], ContainerID: strs[0], IfName: strs[1], Netns: strs[6], State: strs[7]}, spans, nil
 }

@@ -31,6 +31,20 @@ const binaryFormat = 2
 // records use it.
 const recordWitnessFormat = 3
 
+// recordIdentityFormat is a record's format when its netns witness carries
+// the directory's file handle or the namespace's identity
+// (allocator.DirID.Handle, allocator.NetnsWitness.Netns): recordWitnessFormat's
+// fields followed by the handle and the namespace's device and inode. A
+// witness without either is written in recordWitnessFormat, byte for byte as
+// before; binaries that know only formats up to 3 refuse this one as
+// "newer" and quarantine the record (its address stays reserved;
+// docs/contracts.md). Only records use it.
+const recordIdentityFormat = 4
+
+// recordNewestFormat is the newest record format this binary reads. Every
+// record format starts with binaryFormat's fields.
+const recordNewestFormat = recordIdentityFormat
+
 var errShortValue = errors.New("value ends early")
 
 // enc appends fields to a value.

@@ -48,6 +48,15 @@ func codecRecords() map[string]*allocator.Record {
 			IP: netip.MustParseAddr("10.0.0.3"), PrefixLen: 24, ContainerID: "c3", IfName: "eth0", Netns: "/var/run/netns/cni-3", State: allocator.StatePending,
 			Source: "add", Created: now, NetnsWitness: allocator.NetnsWitness{Dir: allocator.DirID{Dev: 1<<40 + 25, Ino: 1<<33 + 7}, Existed: true},
 		},
+		"netns identity": {
+			IP: netip.MustParseAddr("10.0.0.5"), PrefixLen: 24, ContainerID: "c5", IfName: "eth0", Netns: "/var/run/netns/cni-5", State: allocator.StatePending,
+			Source: "add", Created: now, NetnsWitness: allocator.NetnsWitness{Dir: allocator.DirID{Dev: 39, Ino: 1, Handle: "\x01\x00\x00\x00\x39\xaf\xe2\xea\x01\x00\x00\x00\x00\x00\x00\x00"}, Existed: true,
+				Netns: allocator.NsID{Dev: 4, Ino: 4026532177}},
+		},
+		"netns identity, netns did not exist": {
+			IP: netip.MustParseAddr("fd00::5"), ContainerID: "c6", Netns: "/run/netns/y", Created: now,
+			NetnsWitness: allocator.NetnsWitness{Dir: allocator.DirID{Dev: 39, Ino: 1, Handle: "h"}},
+		},
 		"netns witness, netns did not exist": {
 			IP: netip.MustParseAddr("fd00::3"), ContainerID: "c4", Netns: "/run/netns/x", Created: now,
 			NetnsWitness: allocator.NetnsWitness{Dir: allocator.DirID{Dev: 0, Ino: 2}},
@@ -62,7 +71,10 @@ func TestRecordCodecRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := byte(binaryFormat)
-		if r.NetnsWitness.Known() {
+		switch w := r.NetnsWitness; {
+		case w.Dir.Handle != "" || w.Netns.Known():
+			want = recordIdentityFormat
+		case w.Known():
 			want = recordWitnessFormat
 		}
 		if b[0] != want {
@@ -77,7 +89,7 @@ func TestRecordCodecRoundTrip(t *testing.T) {
 }
 
 func TestRecordCodecRefusesDamage(t *testing.T) {
-	for _, name := range []string{"full v4", "netns witness"} {
+	for _, name := range []string{"full v4", "netns witness", "netns identity"} {
 		b, _ := encodeRecord(codecRecords()[name])
 		for n := 0; n < len(b); n++ {
 			if r, err := decodeRecord(b[:n]); err == nil {
@@ -177,8 +189,44 @@ func TestRecordWitnessFormat(t *testing.T) {
 	bad("inode 0", func(e *enc) { e.uint(5); e.uint(0); e.uint(1) })
 	bad("unknown flag", func(e *enc) { e.uint(5); e.uint(9); e.uint(3) })
 	bad("no witness fields", func(*enc) {})
-	withB[0] = recordWitnessFormat + 1
+	withB[0] = recordNewestFormat + 1
 	if _, err := decodeRecord(withB); err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Errorf("a later format: %v, want newer", err)
+	}
+}
+
+// A witness with a file handle or its namespace's identity is
+// recordWitnessFormat's fields in recordIdentityFormat followed by them; a
+// binary that knows formats up to recordWitnessFormat refuses it as newer
+// (and so quarantines the record: its address stays reserved), never
+// misreads it; owners are read in place and salvaged from it.
+func TestRecordIdentityFormat(t *testing.T) {
+	r := codecRecords()["netns identity"]
+	old := *r
+	old.NetnsWitness.Dir.Handle, old.NetnsWitness.Netns = "", allocator.NsID{}
+	newB, _ := encodeRecord(r)
+	oldB, _ := encodeRecord(&old)
+	if oldB[0] != recordWitnessFormat || newB[0] != recordIdentityFormat {
+		t.Fatalf("formats %d and %d", oldB[0], newB[0])
+	}
+	if !bytes.Equal(newB[1:len(oldB)], oldB[1:]) {
+		t.Fatalf("the identity format does not start with the witness format's fields:\n%x\n%x", newB, oldB)
+	}
+	if err := newDecUpTo(newB, recordWitnessFormat).err; err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("a decoder that knows formats up to %d: %v, want newer", recordWitnessFormat, err)
+	}
+	if match, sure := ownerMatches(newB, r.ContainerID, r.IfName); !match || !sure {
+		t.Errorf("ownerMatches = %v, %v", match, sure)
+	}
+	if id, ifname := salvageOwner(newB[:len(newB)-1]); id != r.ContainerID || ifname != r.IfName {
+		t.Errorf("cut short: salvaged owner %q %q", id, ifname)
+	}
+	e := newEncFormat(0, recordIdentityFormat)
+	e.b = append(e.b, oldB[1:]...)
+	e.str("")
+	e.uint(0)
+	e.uint(0)
+	if got, err := decodeRecord(e.b); err == nil {
+		t.Errorf("identity format naming neither a handle nor a namespace: decoded %+v", got)
 	}
 }

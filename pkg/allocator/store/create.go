@@ -10,11 +10,14 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 // tempPrefix is the name prefix of the private file create builds a store
 // in: ".new-", 16 hex digits of a hash of the store's file name, "-". It fits
-// NAME_MAX whatever the network name (os.CreateTemp appends up to 10 digits).
+// NAME_MAX whatever the network name (trustfs.Dir.CreateTemp appends 16 hex
+// digits).
 func tempPrefix(storeFile string) string {
 	h := fnv.New64a()
 	h.Write([]byte(storeFile))
@@ -33,14 +36,30 @@ const StaleTempAge = time.Minute
 // its process was killed (".new-<hash>-*", and the ".<network>.db.new-*" names
 // of earlier versions) once they are older than minAge, and returns their
 // paths. The plugin calls it on a network's first use; the daemon may call it
-// every sweep. A missing dir is not an error.
+// every sweep. A missing dir is not an error; a dir refused by trustfs's
+// contract is (ErrUntrusted), and nothing in it is removed. Everything after
+// the check is relative to the directory opened (cleanStaleTemp).
 func CleanStaleTemp(dir string, minAge time.Duration, now time.Time) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	d, err := trustfs.OpenDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
-	}
-	if err != nil {
+	case trustfs.IsUntrusted(err):
+		return nil, err
+	case err != nil:
 		return nil, &IOError{Op: "read directory", Path: dir, Err: unwrapPath(err)}
+	}
+	defer d.Close()
+	checked()
+	return cleanStaleTemp(d, minAge, now)
+}
+
+// cleanStaleTemp is CleanStaleTemp in the checked directory d: each name is
+// judged by fstatat and removed by unlinkat, relative to d's descriptor.
+func cleanStaleTemp(d *trustfs.Dir, minAge time.Duration, now time.Time) ([]string, error) {
+	entries, err := d.Entries()
+	if err != nil {
+		return nil, &IOError{Op: "read directory", Path: d.Path(), Err: unwrapPath(err)}
 	}
 	var removed []string
 	for _, e := range entries {
@@ -48,13 +67,12 @@ func CleanStaleTemp(dir string, minAge time.Duration, now time.Time) ([]string, 
 		if !isTempName(name) || e.IsDir() {
 			continue
 		}
-		fi, err := e.Info()
-		if err != nil || now.Sub(fi.ModTime()) < minAge {
+		fi, err := d.Info(name)
+		if err != nil || !fi.Mode().IsRegular() || now.Sub(fi.ModTime()) < minAge {
 			continue
 		}
-		p := filepath.Join(dir, name)
-		if err := os.Remove(p); err == nil {
-			removed = append(removed, p)
+		if err := d.Remove(name); err == nil {
+			removed = append(removed, filepath.Join(d.Path(), name))
 		}
 	}
 	return removed, nil
@@ -70,68 +88,67 @@ func isTempName(name string) bool {
 	return ok && strings.HasPrefix(before, ".") && len(before) > 1 && after != "" && strings.Trim(after, "0123456789") == ""
 }
 
-// create makes a complete store file at path without path ever existing
-// empty or incomplete. bbolt creates a file and only then locks and
-// initialises it, so a concurrent first use of the network would see an empty
-// file, which Open must treat as lost state; and a store without its buckets
-// is damage to the daemon, which would set it aside. The store is built
-// complete under a private name (createTemp) and hard-linked into place; if
-// another process got there first, its store is kept. Stale private files of
-// killed creators are removed first (CleanStaleTemp).
-func create(path string) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return &IOError{Op: "create directory", Path: dir, Err: unwrapPath(err)}
-	}
-	_, _ = CleanStaleTemp(dir, StaleTempAge, time.Now())
-	st, err := createTemp(path)
+// create makes a complete store file at path, in dir (its data dir, opened
+// and checked by openDataDir), without path ever existing empty or
+// incomplete. bbolt creates a file and only then locks and initialises it, so
+// a concurrent first use of the network would see an empty file, which Open
+// must treat as lost state; and a store without its buckets is damage to the
+// daemon, which would set it aside. The store is built complete in a
+// trustfs.Temp (createTemp) and hard-linked into place (Temp.Link: never
+// over an existing name); if another process got there first, its store is
+// kept. Stale private files of killed creators are removed first
+// (cleanStaleTemp). Everything is relative to dir's descriptor.
+func create(dir *trustfs.Dir, path string) error {
+	_, _ = cleanStaleTemp(dir, StaleTempAge, time.Now())
+	st, tmp, err := createTemp(dir, path)
 	if err != nil {
 		return err
 	}
-	tmp := st.path
-	defer os.Remove(tmp)
+	defer tmp.Abort()
 	if err := st.Close(); err != nil {
 		return classifyOpenError(path, "create", err)
 	}
-	// link(2) never follows its new path: a symlink there (dangling or not)
-	// is EEXIST, and the Open that follows refuses it.
-	if err := os.Link(tmp, path); err != nil {
+	// A symlink at path (dangling or not) is EEXIST, and the Open that
+	// follows refuses it.
+	if err := tmp.Link(filepath.Base(path)); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil
 		}
-		return &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
-	}
-	if err := syncDir(dir); err != nil {
 		return &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
 	}
 	return nil
 }
 
 // createTemp makes a complete, empty store of this schema (every bucket, the
-// schema, the records count: what a read-write Open would add) under a
-// random name created exclusively beside path (tempPrefix, which
-// CleanStaleTemp knows), fsynced, and returns it open read-write and locked;
-// its Path is the temporary name. The caller fills it, closes it and links or
-// renames it into place.
-func createTemp(path string) (*Store, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), tempPrefix(filepath.Base(path))+"*")
+// schema, the records count: what a read-write Open would add) in a
+// trustfs.Temp of dir named tempPrefix (which CleanStaleTemp knows), and
+// returns it open read-write and locked, with the Temp; the Store's Path is
+// the temporary name. The caller fills the store, closes it and commits the
+// Temp (Link or Rename, which fsync it and the directory), or Aborts it.
+func createTemp(dir *trustfs.Dir, path string) (*Store, *trustfs.Temp, error) {
+	tmp, err := dir.CreateTemp(tempPrefix(filepath.Base(path)), 0o600)
 	if err != nil {
-		return nil, &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
+		return nil, nil, &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
 	}
-	tmp := f.Name()
-	// bbolt initialises the very file created here (an empty file), never
-	// what the name might point to by then.
-	db, err := bolt.Open(tmp, 0o600, &bolt.Options{OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil }})
+	// bbolt initialises the very file created here (an empty file), through
+	// a second descriptor of it: bbolt closes its own, the Temp keeps one
+	// to commit.
+	f, err := dupFile(tmp.File())
+	if err != nil {
+		tmp.Abort()
+		return nil, nil, &IOError{Op: "create", Path: path, Err: unwrapPath(err)}
+	}
+	db, err := bolt.Open(tmp.Path(), 0o600, &bolt.Options{OpenFile: func(string, int, os.FileMode) (*os.File, error) { return f, nil }})
 	if err != nil {
 		f.Close()
-		os.Remove(tmp)
-		return nil, classifyOpenError(path, "create", err)
+		tmp.Abort()
+		return nil, nil, classifyOpenError(path, "create", err)
 	}
-	s := &Store{db: db, path: tmp, file: f}
+	s := &Store{db: db, path: tmp.Path(), file: f}
 	if err := s.initialise(); err != nil {
 		db.Close()
-		os.Remove(tmp)
-		return nil, err
+		tmp.Abort()
+		return nil, nil, err
 	}
-	return s, nil
+	return s, tmp, nil
 }

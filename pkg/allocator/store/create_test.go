@@ -34,7 +34,7 @@ func TestLongNetworkNames(t *testing.T) {
 			t.Errorf("%q and %q share the store file %s", name, other, base)
 		}
 		seen[base] = name
-		if p := tempPrefix(base); len(p)+10 > nameMax {
+		if p := tempPrefix(base); len(p)+16 > nameMax {
 			t.Errorf("temporary name prefix %q too long", p)
 		}
 		s, err := Open(path, OpenOptions{Create: true, LockTimeout: time.Second})

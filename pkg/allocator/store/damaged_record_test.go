@@ -21,7 +21,7 @@ func TestRecordFromNewerSchemaIsRefused(t *testing.T) {
 		}
 		// A binary value whose format byte is newer than this binary's.
 		newer := appendRecord(&allocator.Record{IP: netip.MustParseAddr("10.0.0.3"), ContainerID: "c2"})
-		newer[0] = recordWitnessFormat + 1
+		newer[0] = recordNewestFormat + 1
 		return tx.allocs.Put(addrKey(netip.MustParseAddr("10.0.0.3")), newer)
 	})
 	view(t, s, func(tx *Tx) error {

@@ -144,7 +144,7 @@ func auditActions(t *testing.T, s *Store) []string {
 // a bad restore or a bug would).
 func damage(t *testing.T, s *Store, fn func(tx *Tx) error) {
 	t.Helper()
-	if err := s.db.Update(func(btx *bolt.Tx) error { return fn(wrapTx(btx)) }); err != nil {
+	if err := s.db.Update(func(btx *bolt.Tx) error { return fn(wrapTx(btx, "")) }); err != nil {
 		t.Fatalf("damage: %v", err)
 	}
 }

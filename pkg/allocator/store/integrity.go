@@ -46,7 +46,7 @@ func newDamaged(key, raw []byte, err error) allocator.DamagedRecord {
 // salvageOwner reads a binary record's owner fields as far as they are
 // intact (they come fifth and sixth; see appendRecord).
 func salvageOwner(raw []byte) (containerID, ifname string) {
-	d := newDecUpTo(raw, recordWitnessFormat) // the leading fields are the same in both
+	d := newDecUpTo(raw, recordNewestFormat) // the leading fields are the same in every format
 	d.addr()
 	d.smallInt()
 	d.addr()
@@ -126,7 +126,7 @@ func (tx *Tx) RepairIndexes(why string, now time.Time) (allocator.IndexRepair, e
 		return r, nil
 	}
 	tx.repairs = append(tx.repairs, r)
-	return r, tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditIndexRepair, Reason: r.String(), By: "hostlease"})
+	return r, tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditIndexRepair, Reason: r.String(), By: tx.actor()})
 }
 
 // compareIndexes does VerifyIndexes and, with fix, RepairIndexes' writes

@@ -34,7 +34,11 @@ import (
 //
 // meta also keeps "records", the number of records in allocs (8 bytes, big
 // endian), written in the same transaction as every record put or deleted: it
-// is the count the derived indexes are checked against (see indexesAgree).
+// is the count the derived indexes are checked against (see indexesAgree);
+// "hostlocal_imported", when host-local's state was imported (or must never
+// be); "audit_reported", the daemon's last reported audit sequence; and
+// "hostlocal_export", the mark of the last export to host-local's files
+// (meta.go), absent from stores never exported.
 var (
 	bucketMeta       = []byte("meta")
 	bucketAllocs     = []byte("allocs")

@@ -30,9 +30,14 @@ import (
 //     new one: nothing is written into a file no longer at the path, and
 //     nothing written before the read is missed.
 //   - A store is linked or renamed into place only once complete (every
-//     bucket, the schema, the records count), built under a random name
-//     created exclusively in the same directory and fsynced; the directory
-//     is fsynced after.
+//     bucket, the schema, the records count), built in a trustfs.Temp (a
+//     random name created exclusively in the same directory, fsynced); the
+//     directory is fsynced after.
+//   - "The path" is the store's name in its data dir as checked and opened
+//     by trustfs (openDataDir): once the directory is open, every lstat,
+//     link, rename and unlink is relative to its descriptor. A data dir
+//     swapped for a link after the check is never entered: the store stays
+//     in the directory checked.
 
 // ErrReplaced means the file at a store's path changed while a LockedFile
 // held the file it had proven there: a process outside the contract (an
@@ -45,6 +50,9 @@ type LockOptions struct {
 	Exclusive bool
 	// Timeout bounds the whole wait, retries included (default 10s).
 	Timeout time.Duration
+	// By names who acts, as OpenOptions.By (the stores Store and Replace
+	// open).
+	By string
 }
 
 // LockedFile is a store file opened without following a symlink, flocked,
@@ -55,12 +63,18 @@ type LockedFile struct {
 	f    *os.File
 	info os.FileInfo // f's fstat, taken with the lock held
 	path string
-	excl bool
+	// dir is the checked data dir the file was opened and proven in; every
+	// later act (SetAside, Replace) is relative to it. ownDir: Close closes
+	// it (LockFile's; Open's lockAt borrows Open's).
+	dir    *trustfs.Dir
+	ownDir bool
+	excl   bool
 	// db and view are the bbolt view Store opened on f (nil until then);
 	// viewErr is why the view was refused, once opened.
 	db      *bolt.DB
 	view    *Store
 	viewErr error
+	by      string
 }
 
 // LockFile opens the file at path (read-only, never through a symlink: a
@@ -80,18 +94,20 @@ func LockFile(path string, o LockOptions) (*LockedFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer dir.Close()
 	l, err := lockAt(dir, path, os.O_RDONLY, o.Exclusive, time.Now().Add(timeout))
+	if err == nil {
+		l.ownDir = true
+		l.by = o.By
+		return l, nil
+	}
+	dir.Close()
 	if errors.Is(err, errLockWait) {
 		return nil, fmt.Errorf("%w (%s) on %s", ErrLockTimeout, timeout, path)
 	}
 	if trustfs.IsUntrusted(err) {
 		return nil, err
 	}
-	if err != nil {
-		return nil, &IOError{Op: "lock", Path: path, Err: unwrapPath(err)}
-	}
-	return l, nil
+	return nil, &IOError{Op: "lock", Path: path, Err: unwrapPath(err)}
 }
 
 // lockAt is LockFile's loop: open path with flag (relative to its checked
@@ -112,13 +128,13 @@ func lockAt(dir *trustfs.Dir, path string, flag int, exclusive bool, deadline ti
 			}
 			return nil, err
 		}
-		info, same, err := atPath(f, path)
+		info, same, err := atPath(dir, f, path)
 		if err != nil {
 			f.Close()
 			return nil, err
 		}
 		if same {
-			return &LockedFile{f: f, info: info, path: path, excl: exclusive}, nil
+			return &LockedFile{f: f, info: info, path: path, dir: dir, excl: exclusive}, nil
 		}
 		f.Close() // replaced while we waited: the lock of a file no longer at path proves nothing
 		if !time.Now().Before(deadline) {
@@ -127,19 +143,19 @@ func lockAt(dir *trustfs.Dir, path string, flag int, exclusive bool, deadline ti
 	}
 }
 
-// atPath reports whether f is the file at path (not following a symlink), and
-// f's fstat. A path that no longer exists is an error wrapping
-// os.ErrNotExist.
-func atPath(f *os.File, path string) (os.FileInfo, bool, error) {
+// atPath reports whether f is the file at path's name in dir (fstatat, not
+// following a symlink), and f's fstat. A name that no longer exists is an
+// error wrapping os.ErrNotExist.
+func atPath(dir *trustfs.Dir, f *os.File, path string) (os.FileInfo, bool, error) {
 	info, err := f.Stat()
 	if err != nil {
 		return nil, false, err
 	}
-	cur, err := os.Lstat(path)
+	cur, err := dir.Lstat(filepath.Base(path))
 	if err != nil {
 		return nil, false, err
 	}
-	return info, os.SameFile(info, cur), nil
+	return info, trustfs.SameFile(&cur, info), nil
 }
 
 // Path is the path the file was proven at.
@@ -197,7 +213,7 @@ func (l *LockedFile) Store() (s *Store, err error) {
 		return nil, classifyOpenError(l.path, "open", err)
 	}
 	l.db = db
-	s = &Store{db: db, path: l.path, file: dup, held: true}
+	s = &Store{db: db, path: l.path, file: dup, held: true, by: l.by}
 	if err := s.checkReadable(); err != nil {
 		l.viewErr = err
 		return nil, err
@@ -216,28 +232,32 @@ func (l *LockedFile) relock() error {
 		}
 		return &IOError{Op: "lock", Path: l.path, Err: err}
 	}
-	if _, same, err := atPath(l.f, l.path); err != nil || !same {
+	if _, same, err := atPath(l.dir, l.f, l.path); err != nil || !same {
 		return fmt.Errorf("%w: %s", ErrReplaced, l.path)
 	}
 	return nil
 }
 
 // SetAside hard-links the locked file to the first free name of name(0),
-// name(1), ... (at most 1000 tries): link(2) never follows and never replaces
-// an existing name (or a symlink) there. It checks the new name is the locked
-// file and returns it.
+// name(1), ... (at most 1000 tries), each a path in the store's directory:
+// linkat(2) relative to the checked data dir never follows and never
+// replaces an existing name (or a symlink) there. It checks the new name is
+// the locked file, fsyncs the directory and returns it.
 func (l *LockedFile) SetAside(name func(n int) string) (string, error) {
 	if err := l.proven(); err != nil {
 		return "", err
 	}
 	for n := 0; ; n++ {
 		aside := name(n)
-		err := os.Link(l.path, aside)
+		if filepath.Dir(aside) != filepath.Dir(l.path) {
+			return "", fmt.Errorf("set-aside name %s is not in the directory of %s", aside, l.path)
+		}
+		err := l.dir.Link(filepath.Base(l.path), filepath.Base(aside))
 		if err == nil {
-			if fi, err := os.Lstat(aside); err != nil || !os.SameFile(fi, l.info) {
+			if !l.isLocked(aside) {
 				return "", fmt.Errorf("%w: %s (its set-aside link %s is another file)", ErrReplaced, l.path, aside)
 			}
-			return aside, syncDir(filepath.Dir(aside))
+			return aside, l.dir.Sync()
 		}
 		if !errors.Is(err, os.ErrExist) || n >= 1000 {
 			return "", &IOError{Op: "set aside as " + aside, Path: l.path, Err: unwrapPath(err)}
@@ -245,14 +265,32 @@ func (l *LockedFile) SetAside(name func(n int) string) (string, error) {
 	}
 }
 
+// isLocked reports whether the name of path in the data dir is the locked
+// file.
+func (l *LockedFile) isLocked(path string) bool {
+	st, err := l.dir.Lstat(filepath.Base(path))
+	return err == nil && trustfs.SameFile(&st, l.info)
+}
+
+// RemoveAside removes aside, a name SetAside returned, relative to the
+// checked data dir, when it still is a name of the locked file (a Replace
+// that failed leaves the store at the path: the set-aside is a second name of
+// it). Anything else there is left alone.
+func (l *LockedFile) RemoveAside(aside string) error {
+	if filepath.Dir(aside) != filepath.Dir(l.path) || !l.isLocked(aside) {
+		return fmt.Errorf("%s is not a set-aside name of %s", aside, l.path)
+	}
+	return l.dir.Remove(filepath.Base(aside))
+}
+
 // Replace puts a new store, filled by fill, at l's path in place of the
 // locked file, which l must hold exclusively: the new store is built complete
-// (create's temporary name: random, created exclusively, in the same
-// directory), fill's transaction is committed (and so fsynced), then it is
-// renamed over the path while l still holds the old file's lock, and the
-// directory is fsynced. A writer waiting for the old file's lock then finds
-// it is no longer the file at the path and opens the new one. On an error
-// the old file stays at the path.
+// in a trustfs.Temp of the checked data dir (create's temporary name: random,
+// created exclusively), fill's transaction is committed (and so fsynced),
+// then it is renamed over the path (renameat relative to the data dir) while
+// l still holds the old file's lock, and the directory is fsynced. A writer
+// waiting for the old file's lock then finds it is no longer the file at the
+// path and opens the new one. On an error the old file stays at the path.
 func (l *LockedFile) Replace(fill func(*Tx) error) error {
 	if !l.excl {
 		return fmt.Errorf("replacing %s needs its exclusive lock", l.path)
@@ -260,17 +298,12 @@ func (l *LockedFile) Replace(fill func(*Tx) error) error {
 	if err := l.proven(); err != nil {
 		return err
 	}
-	st, err := createTemp(l.path)
+	st, tmp, err := createTemp(l.dir, l.path)
 	if err != nil {
 		return err
 	}
-	tmp := st.path
-	renamed := false
-	defer func() {
-		if !renamed {
-			os.Remove(tmp)
-		}
-	}()
+	defer tmp.Abort()
+	st.by = l.by
 	st.path = l.path // errors name the store
 	err = st.Update(fill)
 	if cerr := st.Close(); err == nil {
@@ -282,11 +315,10 @@ func (l *LockedFile) Replace(fill func(*Tx) error) error {
 	if err := l.proven(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, l.path); err != nil {
+	if err := tmp.Rename(filepath.Base(l.path)); err != nil {
 		return &IOError{Op: "replace", Path: l.path, Err: unwrapPath(err)}
 	}
-	renamed = true
-	return syncDir(filepath.Dir(l.path))
+	return nil
 }
 
 // proven checks l's file is still the one at its path (ErrReplaced).
@@ -294,9 +326,10 @@ func (l *LockedFile) proven() error {
 	if l.f == nil {
 		return fmt.Errorf("%w on %s", ErrLockTimeout, l.path)
 	}
-	if _, same, err := atPath(l.f, l.path); err != nil || !same {
+	if _, same, err := atPath(l.dir, l.f, l.path); err != nil || !same {
 		return fmt.Errorf("%w: %s", ErrReplaced, l.path)
 	}
+	checked()
 	return nil
 }
 
@@ -312,6 +345,10 @@ func (l *LockedFile) Close() error {
 			err = cerr
 		}
 		l.f = nil
+	}
+	if l.ownDir {
+		l.dir.Close()
+		l.dir, l.ownDir = nil, false
 	}
 	return err
 }

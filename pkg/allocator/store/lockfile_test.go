@@ -164,7 +164,13 @@ func TestCreateLinksOnlyCompleteStores(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 20 {
 		path := FilePath(dir, "net"+string(rune('a'+i)))
-		if err := create(path); err != nil {
+		d, err := openDataDir(path, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = create(d, path)
+		d.Close()
+		if err != nil {
 			t.Fatal(err)
 		}
 		s, err := Open(path, OpenOptions{ReadOnly: true, LockTimeout: time.Second})

@@ -99,19 +99,5 @@ func dupFile(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-// syncDir fsyncs the directory dir, so that a name linked or renamed in it
-// survives a crash.
-func syncDir(dir string) error {
-	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer syscall.Close(fd)
-	if err := syscall.Fsync(fd); err != nil {
-		return &os.PathError{Op: "fsync", Path: dir, Err: err}
-	}
-	return nil
-}
-
 // lockSupported: Open locks and proves the store file itself (lockfile.go).
 const lockSupported = true

@@ -23,7 +23,5 @@ func openBlocking(dir *trustfs.Dir, name string, flag int) (*os.File, error) {
 
 func dupFile(*os.File) (*os.File, error) { return nil, errors.ErrUnsupported }
 
-func syncDir(string) error { return nil }
-
 // lockSupported: Open leaves locking to bbolt.
 const lockSupported = false

@@ -5,6 +5,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"time"
@@ -69,3 +70,39 @@ func (tx *Tx) MarkMigrated(now time.Time) error {
 // Migrated reports whether host-local state was imported into this store
 // (or must never be: MarkMigrated).
 func (tx *Tx) Migrated() bool { return tx.meta.Get(keyImported) != nil }
+
+// keyExport is meta's mark of the last export to host-local's files
+// (allocator.HostLocalExport), created by the first export: version 1, then
+// the export's instant (unix nanoseconds), then the stamp of host-local's
+// directory as last merged (device, inode, ctime in nanoseconds), each 8
+// bytes big endian. Stores without it were never exported and read as such.
+var keyExport = []byte("hostlocal_export")
+
+const exportMarkVersion = 1
+
+// HostLocalExport returns the store's export mark. A mark that does not
+// decode is returned as an export with no stamp (the next write merges
+// host-local's state and rewrites it): a damaged mark must not stop merges.
+func (tx *Tx) HostLocalExport() (allocator.HostLocalExport, bool) {
+	v := tx.meta.Get(keyExport)
+	if v == nil {
+		return allocator.HostLocalExport{}, false
+	}
+	if len(v) != 1+4*8 || v[0] != exportMarkVersion {
+		return allocator.HostLocalExport{}, true
+	}
+	u := func(i int) uint64 { return binary.BigEndian.Uint64(v[1+8*i:]) }
+	return allocator.HostLocalExport{
+		At:   time.Unix(0, int64(u(0))).UTC(),
+		Seen: allocator.DirStamp{Dev: u(1), Ino: u(2), Ctime: int64(u(3))},
+	}, true
+}
+
+// SetHostLocalExport writes the store's export mark.
+func (tx *Tx) SetHostLocalExport(m allocator.HostLocalExport) error {
+	v := []byte{exportMarkVersion}
+	for _, u := range []uint64{uint64(m.At.UnixNano()), m.Seen.Dev, m.Seen.Ino, uint64(m.Seen.Ctime)} {
+		v = binary.BigEndian.AppendUint64(v, u)
+	}
+	return tx.meta.Put(keyExport, v)
+}

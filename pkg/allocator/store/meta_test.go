@@ -229,3 +229,35 @@ func TestMigrateOnceRunsOnce(t *testing.T) {
 		return nil
 	})
 }
+
+// The export mark: absent from a store never exported (and not created by
+// opening one), read back as written, and a value that does not decode is
+// read as an export without a stamp (the next write merges), never as "not
+// exported".
+func TestHostLocalExportMark(t *testing.T) {
+	s := newStore(t)
+	view(t, s, func(tx *Tx) error {
+		if m, ok := tx.HostLocalExport(); ok {
+			t.Errorf("a new store reads as exported: %+v", m)
+		}
+		return nil
+	})
+	want := allocator.HostLocalExport{At: time.Unix(1700000000, 42).UTC(), Seen: allocator.DirStamp{Dev: 2049, Ino: 1 << 40, Ctime: 1700000000123456789}}
+	update(t, s, func(tx *Tx) error { return tx.SetHostLocalExport(want) })
+	view(t, s, func(tx *Tx) error {
+		m, ok := tx.HostLocalExport()
+		if !ok || !m.At.Equal(want.At) || m.Seen != want.Seen {
+			t.Errorf("mark read back as %+v %v, want %+v", m, ok, want)
+		}
+		return nil
+	})
+	for _, v := range [][]byte{{}, {1, 2, 3}, append([]byte{9}, make([]byte, 32)...)} {
+		damage(t, s, func(tx *Tx) error { return tx.meta.Put(keyExport, v) })
+		view(t, s, func(tx *Tx) error {
+			if m, ok := tx.HostLocalExport(); !ok || m.Seen.Valid() {
+				t.Errorf("damaged mark %x read as %+v %v, want exported without a stamp", v, m, ok)
+			}
+			return nil
+		})
+	}
+}

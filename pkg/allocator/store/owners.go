@@ -69,7 +69,7 @@ func (tx *Tx) scanOwner(containerID, ifname string) []*allocator.Record {
 // ifname) in place, without decoding the record; sure is false when it cannot
 // tell (a damaged value: the caller decodes).
 func ownerMatches(v []byte, containerID, ifname string) (match, sure bool) {
-	if len(v) == 0 || v[0] != binaryFormat && v[0] != recordWitnessFormat { // the same leading fields
+	if len(v) == 0 || v[0] < binaryFormat || v[0] > recordNewestFormat { // the same leading fields in every record format
 		return false, false
 	}
 	d := &dec{b: v[1:]}

@@ -103,7 +103,7 @@ func (s *Store) initialise() (err error) {
 				}
 			}
 		}
-		tx := wrapTx(btx)
+		tx := wrapTx(btx, s.by)
 		if fresh {
 			if err := tx.setRecordCount(0); err != nil {
 				return err

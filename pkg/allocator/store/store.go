@@ -28,6 +28,8 @@ type Store struct {
 	file *os.File
 	// held: a read view of a LockedFile, which owns the lock (Store).
 	held bool
+	// by is who acts through this store (OpenOptions.By).
+	by string
 }
 
 // nameMax is the longest file name Linux filesystems take (NAME_MAX).
@@ -58,6 +60,10 @@ type OpenOptions struct {
 	// Create makes the directory and the file when missing. Without it a missing
 	// store is reported as os.ErrNotExist.
 	Create bool
+	// By names who acts (allocator.ByPlugin, allocator.ByDaemon,
+	// allocator.ByCLI(verb)): the audit entries the store writes on its own
+	// (index repairs) name it. Empty is "hostlease".
+	By string
 }
 
 // Open opens the store at path. A file that exists but is empty, truncated or
@@ -108,10 +114,10 @@ func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time)
 		return nil, err
 	}
 	defer dir.Close()
-	fi, statErr := os.Lstat(path)
+	fi, statErr := dir.Info(filepath.Base(path))
 	switch {
 	case statErr == nil && fi.Mode()&os.ModeSymlink != 0:
-		target, _ := os.Readlink(path)
+		target, _ := dir.Readlink(filepath.Base(path))
 		return nil, trustfs.SymlinkError(path, "file", target)
 	case statErr == nil && !fi.Mode().IsRegular():
 		return nil, &IOError{Op: "open", Path: path, Err: fmt.Errorf("is not a regular file (%s)", fi.Mode().Type())}
@@ -122,7 +128,7 @@ func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time)
 	case errors.Is(statErr, os.ErrNotExist) && !o.Create:
 		return nil, &IOError{Op: "open", Path: path, Err: unwrapPath(statErr)}
 	case errors.Is(statErr, os.ErrNotExist):
-		if err := create(path); err != nil {
+		if err := create(dir, path); err != nil {
 			return nil, err
 		}
 	case statErr != nil:
@@ -162,7 +168,7 @@ func open(path string, o OpenOptions, timeout time.Duration, deadline time.Time)
 	case err != nil:
 		return nil, classifyOpenError(path, "open", err)
 	}
-	s = &Store{db: db, path: path}
+	s = &Store{db: db, path: path, by: o.By}
 	if locked != nil {
 		s.file = locked.f
 	}
@@ -233,7 +239,7 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 			_ = btx.Rollback() // fn panicked
 		}
 	}()
-	tx := wrapTx(btx)
+	tx := wrapTx(btx, s.by)
 	if tx.allocs != nil {
 		// Addresses are handed out in ascending (round-robin) order, so
 		// allocs mostly grows at its end. bbolt's default split point (50%)
@@ -270,7 +276,7 @@ func wroteAnything(btx *bolt.Tx) bool {
 func (s *Store) View(fn func(*Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverDamaged(&err, s.path)
-	return s.db.View(func(btx *bolt.Tx) error { return fn(wrapTx(btx)) })
+	return s.db.View(func(btx *bolt.Tx) error { return fn(wrapTx(btx, s.by)) })
 }
 
 // recoverCorrupt turns a panic from a corrupt page into ErrUnreadable.
@@ -290,8 +296,9 @@ func recoverDamaged(err *error, path string) {
 	}
 }
 
-func wrapTx(btx *bolt.Tx) *Tx {
+func wrapTx(btx *bolt.Tx, by string) *Tx {
 	tx := &Tx{
+		by:         by,
 		btx:        btx,
 		meta:       btx.Bucket(bucketMeta),
 		allocs:     btx.Bucket(bucketAllocs),

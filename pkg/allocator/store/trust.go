@@ -34,6 +34,7 @@ func openDataDir(path string, create bool) (*trustfs.Dir, error) {
 	}
 	switch {
 	case err == nil:
+		checked()
 		return d, nil
 	case trustfs.IsUntrusted(err):
 		return nil, err
@@ -64,4 +65,15 @@ func CheckTrusted(path string) error {
 		return classifyOpenError(path, "open", err)
 	}
 	return f.Close()
+}
+
+// checkedHook, when set (by tests only), is called after every check that
+// an act in a data dir relies on (the data dir opened, a locked file proven at
+// its path) and before that act: a test swaps the directory there.
+var checkedHook func()
+
+func checked() {
+	if checkedHook != nil {
+		checkedHook()
+	}
 }

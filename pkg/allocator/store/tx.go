@@ -30,6 +30,17 @@ type Tx struct {
 	damagedSeen []allocator.DamagedRecord
 	repairs     []allocator.IndexRepair
 	err         error // first write error of a multi-write helper
+	// by is who acts (OpenOptions.By), named by the audit entries the store
+	// writes on its own.
+	by string
+}
+
+// actor is the By of the audit entries the store writes on its own.
+func (tx *Tx) actor() string {
+	if tx.by == "" {
+		return "hostlease"
+	}
+	return tx.by
 }
 
 // Tx implements the allocation policy's view of a store.

@@ -15,13 +15,19 @@ import (
 // appendRecord encodes r. The field order is the format: change it only with
 // a new binaryFormat. A record with a netns witness is in
 // recordWitnessFormat: the same fields, then the witness's device, inode and
-// flags (netnsExisted).
+// flags (netnsExisted); in recordIdentityFormat when the witness has a file
+// handle or names its namespace: then also the handle and the namespace's
+// device and inode.
 func appendRecord(r *allocator.Record) []byte {
+	w := r.NetnsWitness
 	format := byte(binaryFormat)
-	if r.NetnsWitness.Known() {
+	switch {
+	case w.Known() && (w.Dir.Handle != "" || w.Netns.Known()):
+		format = recordIdentityFormat
+	case w.Known():
 		format = recordWitnessFormat
 	}
-	e := newEncFormat(96+len(r.ContainerID)+len(r.Netns)+len(r.PodName)+len(r.PodNamespace)+len(r.PodUID), format)
+	e := newEncFormat(96+len(r.ContainerID)+len(r.Netns)+len(r.PodName)+len(r.PodNamespace)+len(r.PodUID)+len(w.Dir.Handle), format)
 	e.addr(r.IP)
 	e.int(int64(r.PrefixLen))
 	e.addr(r.Gateway)
@@ -41,8 +47,7 @@ func appendRecord(r *allocator.Record) []byte {
 	e.time(r.Obs.FirstMissed)
 	e.str(r.Obs.Verdict)
 	e.str(r.Obs.SandboxState)
-	if format == recordWitnessFormat {
-		w := r.NetnsWitness
+	if format >= recordWitnessFormat {
 		e.uint(w.Dir.Dev)
 		e.uint(w.Dir.Ino)
 		flags := uint64(0)
@@ -51,6 +56,11 @@ func appendRecord(r *allocator.Record) []byte {
 		}
 		e.uint(flags)
 	}
+	if format >= recordIdentityFormat {
+		e.str(string(w.Dir.Handle))
+		e.uint(w.Netns.Dev)
+		e.uint(w.Netns.Ino)
+	}
 	return e.b
 }
 
@@ -58,7 +68,7 @@ func appendRecord(r *allocator.Record) []byte {
 const netnsExisted = 1
 
 func readRecord(b []byte) (*allocator.Record, error) {
-	d := newDecUpTo(b, recordWitnessFormat)
+	d := newDecUpTo(b, recordNewestFormat)
 	r := &allocator.Record{Version: int(d.format)}
 
 	r.IP = d.addr()
@@ -80,16 +90,22 @@ func readRecord(b []byte) (*allocator.Record, error) {
 	r.Obs.FirstMissed = d.time()
 	r.Obs.Verdict = d.str()
 	r.Obs.SandboxState = d.str()
-	if d.format == recordWitnessFormat {
+	if d.format >= recordWitnessFormat {
 		r.NetnsWitness.Dir = allocator.DirID{Dev: d.uint(), Ino: d.uint()}
 		flags := d.uint()
 		r.NetnsWitness.Existed = flags&netnsExisted != 0
+		if d.format >= recordIdentityFormat {
+			r.NetnsWitness.Dir.Handle = allocator.FileHandle(d.str())
+			r.NetnsWitness.Netns = allocator.NsID{Dev: d.uint(), Ino: d.uint()}
+		}
 		switch {
 		case d.err != nil:
 		case !r.NetnsWitness.Known():
 			d.fail(errors.New("netns witness without an inode"))
 		case flags&^netnsExisted != 0:
 			d.fail(fmt.Errorf("unknown netns witness flags %#x", flags))
+		case d.format >= recordIdentityFormat && r.NetnsWitness.Dir.Handle == "" && !r.NetnsWitness.Netns.Known():
+			d.fail(errors.New("netns identity format without a handle or a namespace"))
 		}
 	}
 	if err := d.done(); err != nil {

@@ -34,7 +34,33 @@ address of the node (the pod is on the host network).
 {{- end -}}
 {{- end }}
 
-{{/* The image reference of both containers. */}}
+{{/*
+The image reference of both containers: repository@digest when image.digest
+is set (the tag is then not used), else repository:tag, the tag defaulting to
+the chart's appVersion (a packaged release's version).
+*/}}
 {{- define "hostlease.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The pod template's labels: the fixed ones (the DaemonSet's selector and the
+Service's use app.kubernetes.io/name) and podLabels, which may not redefine
+them.
+*/}}
+{{- define "hostlease.podLabels" -}}
+{{- $fixed := include "hostlease.labels" . | fromYaml -}}
+{{- range $k, $v := .Values.podLabels -}}
+{{- if hasKey $fixed $k -}}
+{{- fail (printf "podLabels may not set %s: the chart sets it, and the DaemonSet and the Service select the pods by the chart's labels" $k) -}}
+{{- end -}}
+{{- end -}}
+{{ include "hostlease.labels" . }}
+{{- with .Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
