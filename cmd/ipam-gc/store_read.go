@@ -39,6 +39,9 @@ func readStore(f gc.StoreFile) (*storeView, error) {
 		return nil, err
 	}
 	defer st.Close()
+	if err := st.RootDamage(); err != nil {
+		return nil, err
+	}
 	v := &storeView{Network: f.Network, Path: f.Path}
 	err = st.View(func(tx *store.Tx) error {
 		if name := tx.Network(); name != "" {

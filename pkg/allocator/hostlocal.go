@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hostlease/hostlease/internal/trustfs"
@@ -29,6 +30,14 @@ func hostLocalFileName(ip netip.Addr) string { return ip.String() }
 
 // HostLocalDir is where host-local keeps a network's state under dir.
 func HostLocalDir(dir, network string) string { return filepath.Join(dir, network) }
+
+// NoHostLocalDir reports whether err, from opening a network's host-local
+// directory, says the directory cannot exist: its name is longer than a file
+// name may be (ENAMETOOLONG). host-local names the directory after the
+// network, so it could never have kept state for such a network: there is
+// nothing to import, and nowhere to export to. (Its store has a shortened
+// name: store.FilePath.)
+func NoHostLocalDir(err error) bool { return errors.Is(err, syscall.ENAMETOOLONG) }
 
 // HostLocalBaseFor is host-local's data dir for a network whose store lives
 // under storeDir, by the rule the plugin's config follows: an ipam dataDir D
@@ -345,7 +354,7 @@ type hostLocalState struct {
 func readHostLocal(dir string) (hostLocalState, error) {
 	st := hostLocalState{last: map[int]netip.Addr{}}
 	d, err := trustfs.OpenDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) || NoHostLocalDir(err) {
 		return st, nil
 	}
 	if trustfs.IsUntrusted(err) {

@@ -226,9 +226,9 @@ var ErrNotRebuilt = errors.New("store not rebuilt: it no longer needs it")
 func (w RebuildWhen) needs(old salvaged) bool {
 	switch w {
 	case RebuildDamaged:
-		return old.openErr != nil || old.walkErr != nil || len(old.damaged) > 0
+		return old.openErr != nil || old.rootErr != nil || old.walkErr != nil || len(old.damaged) > 0
 	case RebuildUnreadable:
-		return errors.Is(old.openErr, store.ErrUnreadable)
+		return errors.Is(old.openErr, store.ErrUnreadable) || errors.Is(old.rootErr, store.ErrUnreadable)
 	}
 	return true
 }
@@ -257,9 +257,10 @@ type salvaged struct {
 	// unreadable are the addresses whose lookup met a damaged page: the page
 	// may hold their records.
 	unreadable []netip.Addr
-	// openErr is why the store did not open; walkErr why a walk over its
-	// records stopped.
-	openErr, walkErr error
+	// openErr is why the store did not open; rootErr the damage in its root
+	// page's entries (store.RootDamage: a store any other open refuses);
+	// walkErr why a walk over its records stopped.
+	openErr, rootErr, walkErr error
 }
 
 // health says what the salvage found, for an error.
@@ -267,6 +268,8 @@ func (s salvaged) health() string {
 	switch {
 	case s.openErr != nil:
 		return fmt.Sprintf("does not open: %v", s.openErr)
+	case s.rootErr != nil:
+		return fmt.Sprintf("is damaged: %v", s.rootErr)
 	case s.walkErr != nil:
 		return fmt.Sprintf("is damaged: %v", s.walkErr)
 	case len(s.damaged) > 0:
@@ -293,6 +296,7 @@ func salvage(f *store.LockedFile) salvaged {
 		out.openErr = err
 		return out
 	}
+	out.rootErr = st.RootDamage()
 	_ = st.View(func(tx *store.Tx) error {
 		out.sets, _ = tx.RangeSets()
 		out.export, out.exported = tx.HostLocalExport()

@@ -131,6 +131,9 @@ func scanStore(path string, cache *store.RecordCache, verify bool, auditAfter ui
 		return nil, nil, err
 	}
 	defer s.Close()
+	if err := s.RootDamage(); err != nil {
+		return nil, nil, err // a damaged root entry: set aside and rebuilt (ErrUnreadable)
+	}
 	snap := &Snapshot{}
 	var scan *store.RecordScan
 	err = s.View(func(tx *store.Tx) error {

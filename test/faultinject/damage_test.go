@@ -42,7 +42,10 @@ type damage struct {
 	// fewer of them); only the runtime can say which addresses READY
 	// sandboxes use, so NOTREADY sandboxes' addresses are not required back.
 	silentLoss bool
-	apply      func(c *dcase) error
+	// root: the damage is in the root page's entries (rootdamage_test.go):
+	// status must show it and rebuild repair it before anything else runs.
+	root  bool
+	apply func(c *dcase) error
 }
 
 // dcase is one damage applied to one node.
@@ -583,5 +586,6 @@ func allDamages(rng *rand.Rand) []damage {
 	out = append(out, indexDamages()...)
 	out = append(out, metaDamages()...)
 	out = append(out, pageDamages()...)
+	out = append(out, rootDamages()...)
 	return out
 }

@@ -89,6 +89,9 @@ func runCase(t *testing.T, g *golden, d damage, rng *rand.Rand, concurrent bool)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if d.root {
+		r.rootCheck()
+	}
 	if d.sweepFirst {
 		r.sweep(before)
 	}

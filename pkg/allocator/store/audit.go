@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	bolt "go.etcd.io/bbolt"
@@ -32,7 +33,7 @@ func (tx *Tx) Audit(ev allocator.AuditEvent) error {
 	if err != nil {
 		return err
 	}
-	seq := max(tx.audit.Sequence(), lastSeq(tx.audit), lastSeq(q)) + 1
+	seq := max(bucketSeq(tx.audit), lastSeq(tx.audit), lastSeq(q)) + 1
 	key := binary.BigEndian.AppendUint64(nil, seq)
 	if queueSize(q)+inlineEntrySize(key, v) <= tx.inlineLimit() {
 		return q.Put(key, v)
@@ -77,13 +78,45 @@ func queueSize(q *bolt.Bucket) int {
 	return n
 }
 
-// lastSeq is the sequence of b's last entry, 0 when it has none.
+// Audit keys are sequences: 8 bytes, big endian, from 1 up, one per entry.
+// A key that is not one (another length, 0, or a number no log reaches:
+// maxAuditSeq and above, as bit rot or a bad restore leave) is damage and is
+// quarantined like a damaged record: it never sets the next sequence (each
+// append after it would overwrite the one before), its entry is kept and
+// shown as damaged (AuditLog), and a flush moves it to audit under a
+// sequence of its own. The same holds for audit's bucket sequence, kept in
+// the root page's entry.
+const maxAuditSeq = 1 << 62
+
+// auditSeq reads k as an audit sequence.
+func auditSeq(k []byte) (uint64, bool) {
+	if len(k) != 8 {
+		return 0, false
+	}
+	s := binary.BigEndian.Uint64(k)
+	return s, s >= 1 && s < maxAuditSeq
+}
+
+// bucketSeq is b's bucket sequence, 0 when it is damaged (see maxAuditSeq).
+func bucketSeq(b *bolt.Bucket) uint64 {
+	if s := b.Sequence(); s < maxAuditSeq {
+		return s
+	}
+	return 0
+}
+
+// lastSeq is the highest sequence among b's keys, 0 when it has none.
+// Damaged keys are skipped: those of 8 bytes and maxAuditSeq or above sort
+// last, others next to a sequence; only they are stepped over.
 func lastSeq(b *bolt.Bucket) uint64 {
 	if b == nil {
 		return 0
 	}
-	if k, _ := b.Cursor().Last(); len(k) == 8 {
-		return binary.BigEndian.Uint64(k)
+	c := b.Cursor()
+	for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+		if s, ok := auditSeq(k); ok {
+			return s
+		}
 	}
 	return 0
 }
@@ -108,11 +141,11 @@ func (tx *Tx) flushAuditQueue(q *bolt.Bucket, key, v []byte) error {
 			return err
 		}
 	}
-	last := max(tx.audit.Sequence(), lastSeq(tx.audit))
+	last := max(bucketSeq(tx.audit), lastSeq(tx.audit))
 	for _, e := range move {
 		seq := last + 1
-		if len(e.k) == 8 && binary.BigEndian.Uint64(e.k) > last {
-			seq = binary.BigEndian.Uint64(e.k)
+		if s, ok := auditSeq(e.k); ok && s > last {
+			seq = s
 		}
 		last = seq
 		if err := tx.audit.Put(binary.BigEndian.AppendUint64(nil, seq), e.v); err != nil {
@@ -129,8 +162,15 @@ func (tx *Tx) flushAuditQueue(q *bolt.Bucket, key, v []byte) error {
 // is auditLimit+auditPrune-1 or more below last, so that most flushes touch
 // only the log's end. Entries are dense.
 func (tx *Tx) pruneAudit(last uint64) error {
-	first, _ := tx.audit.Cursor().First()
-	if len(first) != 8 || last < auditLimit+auditPrune-1 || binary.BigEndian.Uint64(first) > last-auditLimit-auditPrune+1 {
+	var first uint64 // the oldest sequence (damaged keys before it skipped)
+	fc := tx.audit.Cursor()
+	for k, _ := fc.First(); k != nil; k, _ = fc.Next() {
+		if s, ok := auditSeq(k); ok {
+			first = s
+			break
+		}
+	}
+	if first == 0 || last < auditLimit+auditPrune-1 || first > last-auditLimit-auditPrune+1 {
 		return nil
 	}
 	cutoff := binary.BigEndian.AppendUint64(nil, last-auditLimit)
@@ -165,8 +205,8 @@ func (tx *Tx) auditEntries(after uint64) []auditEntry {
 		}
 		c := b.Cursor()
 		for k, v := c.Seek(binary.BigEndian.AppendUint64(nil, after+1)); k != nil; k, v = c.Next() {
-			if len(k) == 8 {
-				*out = append(*out, auditEntry{binary.BigEndian.Uint64(k), v})
+			if s, ok := auditSeq(k); ok {
+				*out = append(*out, auditEntry{s, v})
 			}
 		}
 	}
@@ -196,15 +236,43 @@ func decodeAudit(v []byte) allocator.AuditEvent {
 	return ev
 }
 
-// AuditLog returns up to limit most recent audit events, oldest first.
+// AuditLog returns up to limit most recent audit events, oldest first,
+// after the entries under damaged keys (see maxAuditSeq), each shown as
+// AuditDamagedEntry naming its key and what of it reads.
 func (tx *Tx) AuditLog(limit int) ([]allocator.AuditEvent, error) {
 	all := tx.auditEntries(0)
 	all = all[len(all)-min(limit, len(all)):]
-	out := make([]allocator.AuditEvent, 0, len(all))
+	out := tx.damagedAuditKeys()
 	for _, e := range all {
 		out = append(out, decodeAudit(e.v))
 	}
 	return out, nil
+}
+
+// damagedAuditKeys returns the entries of audit and auditq under keys that
+// are no sequence, as AuditDamagedEntry events. It reads every key of both.
+func (tx *Tx) damagedAuditKeys() []allocator.AuditEvent {
+	var out []allocator.AuditEvent
+	for _, b := range []*bolt.Bucket{tx.audit, tx.auditq} {
+		if b == nil {
+			continue
+		}
+		_ = b.ForEach(func(k, v []byte) error {
+			if _, ok := auditSeq(k); ok {
+				return nil
+			}
+			ev := decodeAudit(v)
+			what := ev.Action
+			if ev.Reason != "" {
+				what += ": " + ev.Reason
+			}
+			out = append(out, allocator.AuditEvent{Time: ev.Time, Action: allocator.AuditDamagedEntry, IP: ev.IP,
+				ContainerID: ev.ContainerID, IfName: ev.IfName,
+				Reason: fmt.Sprintf("entry under the damaged key %x (no audit sequence; kept, never overwritten): %s", k, what)})
+			return nil
+		})
+	}
+	return out
 }
 
 // AuditSince returns the audit events whose sequence is above after, oldest

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -197,4 +199,70 @@ func TestAuditQueueOnAnOlderLayoutAndWriter(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A damaged key in the queue or the log (another length, 0, a sequence no
+// log reaches) or a damaged bucket sequence never sets the next sequence:
+// every append after it is kept (none overwrites another), AuditSince
+// returns each exactly once, and AuditLog shows a damaged key's entry that
+// is still there as damaged.
+func TestAuditDamagedKeysNeverOverwrite(t *testing.T) {
+	top := binary.BigEndian.AppendUint64(nil, math.MaxUint64)
+	// shown: the damaged key stays in the log (a queue's flush moves its
+	// entry under a sequence of its own).
+	cases := []struct {
+		name   string
+		shown  bool
+		damage func(tx *Tx) error
+	}{
+		{"queue key of 9 bytes", false, func(tx *Tx) error {
+			k, v := tx.auditq.Cursor().Last()
+			return tx.auditq.Put(append(bytes.Clone(k), 0), bytes.Clone(v))
+		}},
+		{"queue key 2^64-1", false, func(tx *Tx) error { return tx.auditq.Put(top, appendAudit(&allocator.AuditEvent{Action: "x"})) }},
+		{"queue key 0", false, func(tx *Tx) error {
+			return tx.auditq.Put(make([]byte, 8), appendAudit(&allocator.AuditEvent{Action: "x"}))
+		}},
+		{"log key 2^64-1", true, func(tx *Tx) error { return tx.audit.Put(top, appendAudit(&allocator.AuditEvent{Action: "x"})) }},
+		{"log key of 3 bytes", true, func(tx *Tx) error {
+			return tx.audit.Put([]byte{0xff, 0, 1}, appendAudit(&allocator.AuditEvent{Action: "x"}))
+		}},
+		{"log sequence 2^64-1", false, func(tx *Tx) error { return tx.audit.SetSequence(math.MaxUint64) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			appendOne(t, s, 0)
+			damage(t, s, tc.damage)
+			const n = 3 * auditLimit / 100 // several flushes of the queue
+			for i := 1; i <= n; i++ {
+				appendOne(t, s, i)
+			}
+			var since, log []allocator.AuditEvent
+			view(t, s, func(tx *Tx) error {
+				since, _ = tx.AuditSince(0)
+				var err error
+				log, err = tx.AuditLog(1 << 20)
+				return err
+			})
+			seen := map[string]int{}
+			for _, ev := range since {
+				seen[ev.ContainerID]++
+			}
+			for i := 1; i <= n; i++ {
+				if id := auditEv(i).ContainerID; seen[id] != 1 {
+					t.Errorf("entry %s: AuditSince returns it %d times, want 1", id, seen[id])
+				}
+			}
+			shown := 0
+			for _, ev := range log {
+				if ev.Action == allocator.AuditDamagedEntry {
+					shown++
+				}
+			}
+			if tc.shown && shown == 0 {
+				t.Errorf("AuditLog does not show the entry under the damaged key")
+			}
+		})
+	}
 }

@@ -15,7 +15,8 @@ import (
 //
 //   - ErrUnreadable (damage found at open): the file is not a usable
 //     store: empty, truncated, not a bbolt file, a bad meta page or checksum,
-//     a root page or meta bucket bbolt panics on. The daemon
+//     a root page or meta bucket bbolt panics on, a damaged entry of the
+//     root page that no open repairs in place (roots.go). The daemon
 //     sets it aside and rebuilds it; ADD refuses (CNI 11: the rebuild is on
 //     its way); DEL treats it as nothing to release.
 //   - ErrPageDamaged (damage met later): the store opened, but a page a
@@ -224,6 +225,21 @@ func unwrapPath(err error) error {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		return errno
+	}
+	return err
+}
+
+// structureDamage turns bbolt's verdicts on the file's structure that a
+// transaction meets (a plain value where a bucket is expected or the
+// reverse: ErrIncompatibleValue; an invalid or corrupt page) into
+// ErrPageDamaged, so that every caller sorts them as damage (DEL exits 0);
+// any other error is returned as it is.
+func structureDamage(path string, err error) error {
+	switch {
+	case err == nil || IsDamage(err):
+		return err
+	case errors.Is(err, berrors.ErrIncompatibleValue), errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum):
+		return fmt.Errorf("%w: %s: %v", ErrPageDamaged, path, err)
 	}
 	return err
 }

@@ -28,6 +28,9 @@ func (tx *Tx) RecordExhaustion(idx int, desc string, now time.Time) error {
 // Exhaustions returns the exhaustion counters by range set index.
 func (tx *Tx) Exhaustions() (map[int]allocator.Exhaustion, error) {
 	out := map[int]allocator.Exhaustion{}
+	if tx.exhaustion == nil {
+		return out, nil // a read-only view of a store that lost the bucket
+	}
 	err := tx.exhaustion.ForEach(func(k, v []byte) error {
 		idx, err := strconv.Atoi(string(k))
 		if err != nil {

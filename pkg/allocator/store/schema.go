@@ -31,8 +31,15 @@ func (s *Store) init() (err error) {
 		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
 		}
+		faults := rootFaults(btx, s.file)
+		if err := rootError(s.path, faults, false); err != nil {
+			return err
+		}
 		if err := checkSchema(btx, s.path); err != nil || btx.Bucket(bucketAllocs) == nil {
 			return err // refused, or a new file: initialise it
+		}
+		if len(faults) > 0 {
+			return nil // plain values where derived buckets belong: initialise repairs them
 		}
 		for _, b := range derivedBuckets {
 			if btx.Bucket(b) == nil {
@@ -90,8 +97,17 @@ func checkSchema(btx *bolt.Tx, path string) error {
 // told to rebuild.
 func (s *Store) initialise() (err error) {
 	defer recoverDamaged(&err, s.path)
+	defer func() { err = structureDamage(s.path, err) }()
 	return s.db.Update(func(btx *bolt.Tx) error {
+		faults := rootFaults(btx, s.file)
+		if err := rootError(s.path, faults, false); err != nil {
+			return err
+		}
 		if err := checkSchema(btx, s.path); err != nil {
+			return err
+		}
+		repaired, err := repairRoots(btx, faults)
+		if err != nil {
 			return err
 		}
 		fresh := btx.Bucket(bucketAllocs) == nil
@@ -122,8 +138,10 @@ func (s *Store) initialise() (err error) {
 			}
 		}
 		// The taken bitmap, the owner and pod indexes and the records count.
-		_, err := tx.RepairIndexes("open: a derived index or the records count was missing", time.Now())
-		return err
+		if _, err := tx.RepairIndexes("open: a derived index or the records count was missing", time.Now()); err != nil {
+			return err
+		}
+		return tx.auditRootRepair(repaired, time.Now())
 	})
 }
 
@@ -138,6 +156,16 @@ func (s *Store) checkReadable() (err error) {
 		// truncated file no longer has.
 		if err := checkLength(btx, s.file, s.path); err != nil {
 			return err
+		}
+		// The root page's entries: damage no open repairs is refused; a
+		// derived bucket turned plain value reads as a missing one (see
+		// wrapTx) until the next read-write open makes it anew. Readers
+		// that report a store's health ask RootDamage. The rebuild's own
+		// view (held) reads on and asks RootDamage too.
+		if !s.held {
+			if err := rootError(s.path, rootFaults(btx, s.file), false); err != nil {
+				return err
+			}
 		}
 		if btx.Bucket(bucketMeta) == nil || btx.Bucket(bucketAllocs) == nil {
 			return fmt.Errorf("%w: %s lacks its buckets", ErrUnreadable, s.path)

@@ -255,7 +255,7 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 	switch {
 	case err != nil:
 		_ = btx.Rollback()
-		return err
+		return structureDamage(s.path, err)
 	case !wroteAnything(btx):
 		return btx.Rollback()
 	}
@@ -276,7 +276,7 @@ func wroteAnything(btx *bolt.Tx) bool {
 func (s *Store) View(fn func(*Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer recoverDamaged(&err, s.path)
-	return s.db.View(func(btx *bolt.Tx) error { return fn(wrapTx(btx, s.by)) })
+	return structureDamage(s.path, s.db.View(func(btx *bolt.Tx) error { return fn(wrapTx(btx, s.by)) }))
 }
 
 // recoverCorrupt turns a panic from a corrupt page into ErrUnreadable.
