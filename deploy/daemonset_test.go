@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -97,9 +98,13 @@ func parseRunArgs(t *testing.T, c corev1.Container) *gc.Options {
 		args = append(args, expandVars(t, c, a))
 	}
 	t.Setenv("NODE_NAME", "") // the flag must be set by the args, not inherited
-	fs := flag.NewFlagSet("hostlease-gc run", flag.ContinueOnError)
+	// Parsed as hostlease-gc parses them (pflag: --name or --name=value;
+	// a single-dash long flag is refused).
+	gfs := flag.NewFlagSet("hostlease-gc run", flag.ContinueOnError)
+	o := gc.RegisterRunFlags(gfs)
+	fs := pflag.NewFlagSet("hostlease-gc run", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o := gc.RegisterRunFlags(fs)
+	fs.AddGoFlagSet(gfs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("args %q: %v", args, err)
 	}
@@ -110,9 +115,7 @@ func parseRunArgs(t *testing.T, c corev1.Container) *gc.Options {
 		t.Fatalf("args %q: Validate: %v", args, err)
 	}
 	for _, name := range []string{"node-name", "data-dir", "cri-endpoint", "metrics-addr"} {
-		set := false
-		fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-		if !set {
+		if !fs.Changed(name) {
 			t.Errorf("--%s is not passed explicitly", name)
 		}
 	}

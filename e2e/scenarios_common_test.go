@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -231,8 +232,8 @@ func (n *testNet) pool(t *testing.T) pool {
 	}
 	for _, r := range rows {
 		if r.Network == n.Network && r.RangeSet == 0 {
-			size, err1 := r.Size.Float64()
-			free, err2 := r.Free.Float64()
+			size, err1 := strconv.ParseFloat(r.Size, 64)
+			free, err2 := strconv.ParseFloat(r.Free, 64)
 			if err1 != nil || err2 != nil {
 				t.Fatalf("hostlease-gc status: size %q free %q are not numbers", r.Size, r.Free)
 			}

@@ -66,7 +66,13 @@ func (r result) String() string {
 func gcExec(t *testing.T, args ...string) result {
 	t.Helper()
 	buildBinaries(t)
-	cmd := exec.Command(filepath.Join(binDir, "hostlease-gc"), args...)
+	return gcExecCmd(t, filepath.Join(binDir, "hostlease-gc"), args...)
+}
+
+// gcExecCmd runs name (a command that runs hostlease-gc) as gcExec does.
+func gcExecCmd(t *testing.T, name string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(name, args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + t.TempDir()}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -127,6 +133,7 @@ func subnets(cidrs ...string) [][]map[string]string {
 type pluginCall struct {
 	plugin, command, containerID, ifname string
 	podNamespace, podName, podUID        string
+	netns                                string // default /var/run/netns/cni-test-<containerID>
 }
 
 // cniExec runs the plugin as a runtime would and returns the addresses of
@@ -153,8 +160,11 @@ func cniTry(t *testing.T, n ipamNet, c pluginCall) ([]netip.Addr, error) {
 			";K8S_POD_INFRA_CONTAINER_ID=" + c.containerID
 	}
 	cmd := exec.Command(filepath.Join(binDir, c.plugin))
+	if c.netns == "" {
+		c.netns = "/var/run/netns/cni-test-" + c.containerID
+	}
 	cmd.Env = []string{
-		"CNI_COMMAND=" + c.command, "CNI_CONTAINERID=" + c.containerID, "CNI_NETNS=/var/run/netns/cni-test-" + c.containerID,
+		"CNI_COMMAND=" + c.command, "CNI_CONTAINERID=" + c.containerID, "CNI_NETNS=" + c.netns,
 		"CNI_IFNAME=" + c.ifname, "CNI_ARGS=" + args, "CNI_PATH=" + binDir, "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	}
 	cmd.Stdin = bytes.NewReader(n.conf(t, c.plugin))

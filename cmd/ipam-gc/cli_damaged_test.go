@@ -92,7 +92,7 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 	cri.Ready("sandbox-a", a)
 	cri.Ready("sandbox-c", c)
 	r = gcExec(t, "leaks", "--no-api", "--data-dir", dataDir, "--cri-endpoint", cri.Endpoint())
-	if r.code != exitDamaged || !strings.Contains(r.stdout, "no leak candidates") || !strings.Contains(r.stderr, "1 record(s) do not decode") {
+	if r.code != exitDamaged || !strings.Contains(r.stderr, "no leak candidates found") || !strings.Contains(r.stderr, "1 record(s) do not decode") {
 		t.Errorf("leaks with a damaged record: want no candidates, exit %d naming the damage\n%s", exitDamaged, r)
 	}
 

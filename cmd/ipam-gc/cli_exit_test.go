@@ -69,7 +69,7 @@ func TestStatusErrorRowExitsNonZero(t *testing.T) {
 		}
 	}
 	empty := t.TempDir()
-	if r := gcExec(t, "status", "--data-dir", empty); r.code != 0 || !strings.Contains(r.stdout, "no stores under") {
+	if r := gcExec(t, "status", "--data-dir", empty); r.code != 0 || !strings.Contains(r.stderr, "no stores found under") {
 		t.Errorf("status of an empty data dir: %s", r)
 	}
 }
@@ -82,9 +82,9 @@ func TestAbsurdFlagValues(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "NaN"}, "-max-reclaim-fraction"},
-		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "+Inf"}, "-max-reclaim-fraction"},
-		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "-0.5"}, "-max-reclaim-fraction"},
+		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "NaN"}, "--max-reclaim-fraction"},
+		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "+Inf"}, "--max-reclaim-fraction"},
+		{[]string{"leaks", "--no-api", "--max-reclaim-fraction", "-0.5"}, "--max-reclaim-fraction"},
 		{[]string{"leaks", "--no-api", "--misses", "-3"}, "--misses"},
 		{[]string{"leaks", "--no-api", "--min-age", "-1s"}, "--min-age"},
 		{[]string{"leaks", "--no-api", "--cri-endpoint", "tcp://127.0.0.1:1"}, "--cri-endpoint"},
@@ -95,13 +95,13 @@ func TestAbsurdFlagValues(t *testing.T) {
 		{[]string{"release", "10.0.0.300", "--yes"}, `"10.0.0.300" is not an IP address`},
 		{[]string{"list", "--network", "../etc"}, "--network"},
 		{[]string{"list", "--network", "a\nb"}, "--network"},
-		{[]string{"status", "-o", "yaml"}, "-o must be table or json"},
+		{[]string{"status", "-o", "xml"}, "-o must be table, wide, json or yaml"},
 		{[]string{"audit", "--limit", "0"}, "--limit must be between 1 and"},
 		{[]string{"audit", "--limit", "-5"}, "--limit must be between 1 and"},
 		{[]string{"audit", "--limit", "1000000000"}, "--limit must be between 1 and"},
 		{[]string{"list", "--data-dir", ""}, "--data-dir must not be empty"},
-		{[]string{"list", "--\x1b[2Jbogus"}, `flag provided but not defined: -\x1b[2Jbogus`},
-		{[]string{"status", "--data-dir"}, "flag needs an argument: -data-dir"},
+		{[]string{"list", "--\x1b[2Jbogus"}, `unknown flag: --\x1b[2Jbogus`},
+		{[]string{"status", "--data-dir"}, "flag needs an argument: --data-dir"},
 	} {
 		args := append([]string{}, tc.args...)
 		if !strings.Contains(strings.Join(args, " "), "--data-dir") {
@@ -115,17 +115,31 @@ func TestAbsurdFlagValues(t *testing.T) {
 	}
 }
 
-// The exit codes are documented where an operator looks: every command's
-// --help and the top-level help, each exiting 0.
+// The exit codes are documented where an operator looks: the table once in
+// the top-level help, and a pointer to it in every command's --help, each on
+// stdout with exit 0 and with examples.
 func TestExitCodesDocumentedInHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"list", "--help"}, {"status", "-h"}, {"leaks", "--help"}, {"release", "--help"},
-		{"export", "--help"}, {"import", "--help"}, {"rebuild", "--help"}, {"audit", "--help"}} {
+	r := gcExec(t, "--help")
+	for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read", "4  import done", "Examples:"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) || r.stderr != "" {
+			t.Errorf("--help: want exit 0 and %q in the help on stdout\n%s", want, r)
+		}
+	}
+	for _, args := range [][]string{{"list", "--help"}, {"status", "-h"}, {"leaks", "--help"}, {"release", "--help"},
+		{"export", "--help"}, {"import", "--help"}, {"rebuild", "--help"}, {"audit", "--help"}, {"doctor", "--help"}, {"run", "--help"},
+		{"install-cni", "--help"}, {"help", "list"}} {
 		r := gcExec(t, args...)
-		for _, want := range []string{"Exit status", "0  done", "1  failed", "2  bad command line", "3  done and every store was read", "4  import done"} {
-			if r.code != 0 || !strings.Contains(r.stderr, want) {
-				t.Errorf("%q: want exit 0 and %q in the help\n%s", args, want, r)
+		for _, want := range []string{"Examples:", "Exit status: see 'hostlease-gc --help'", "--data-dir"} {
+			if args[0] == "install-cni" && want == "--data-dir" {
+				continue
+			}
+			if r.code != 0 || !strings.Contains(r.stdout, want) || r.stderr != "" {
+				t.Errorf("%q: want exit 0 and %q in the help on stdout\n%s", args, want, r)
 				break
 			}
+		}
+		if strings.Contains(r.stdout, "0  done") {
+			t.Errorf("%q: the exit status table belongs in the top-level help only\n%s", args, r.stdout)
 		}
 	}
 	b, err := os.ReadFile("../../docs/runbook.md")
@@ -181,11 +195,11 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"list", "--bogus"}, "flag provided but not defined: -bogus"},
-		{[]string{"status", "-o", "yaml"}, `-o must be table or json, got "yaml"`},
-		{[]string{"list", "--data-dir", dir, "--output", "wide"}, `-o must be table or json, got "wide"`},
-		{[]string{"leaks", "-o", "yaml"}, `-o must be table or json`},
-		{[]string{"run", "--interval", "soon"}, `invalid value "soon" for flag -interval`},
+		{[]string{"list", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"status", "-o", "xml"}, `-o must be table, wide, json or yaml, got "xml"`},
+		{[]string{"list", "--data-dir", dir, "--output", "csv"}, `-o must be table, wide, json or yaml, got "csv"`},
+		{[]string{"leaks", "-o", "toml"}, `-o must be table, wide, json or yaml`},
+		{[]string{"run", "--interval", "soon"}, `invalid argument "soon" for "--interval" flag`},
 		{[]string{"import", "--data-dir", dir}, "--network is required"},
 		{[]string{"export", "--data-dir", dir}, "--network is required"},
 		{[]string{"rebuild", "--data-dir", dir}, "--network is required"},
@@ -212,13 +226,13 @@ func TestCommandsAndVersion(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) || !strings.Contains(errOut, "release") {
 		t.Errorf("unknown command: exit %d %q, want 2 with the command list", code, errOut)
 	}
-	if _, errOut, code := cli(t); code != 2 || !strings.Contains(errOut, "Commands:") {
+	if _, errOut, code := cli(t); code != 2 || !strings.Contains(errOut, "Available Commands:") {
 		t.Errorf("no command: exit %d %q, want 2 with usage", code, errOut)
 	}
-	if _, errOut, code := cli(t, "--help"); code != 0 || !strings.Contains(errOut, "Commands:") {
-		t.Errorf("--help: exit %d %q, want 0 with usage", code, errOut)
+	if out, _, code := cli(t, "--help"); code != 0 || !strings.Contains(out, "Available Commands:") {
+		t.Errorf("--help: exit %d %q, want 0 with usage", code, out)
 	}
-	if _, errOut, code := cli(t, "list", "-h"); code != 0 || !strings.Contains(errOut, "-data-dir") {
-		t.Errorf("list -h: exit %d %q, want 0 with the flags", code, errOut)
+	if out, _, code := cli(t, "list", "-h"); code != 0 || !strings.Contains(out, "-d, --data-dir") {
+		t.Errorf("list -h: exit %d %q, want 0 with the flags", code, out)
 	}
 }

@@ -382,9 +382,9 @@ func TestInstallCNIUsage(t *testing.T) {
 		}
 	}
 	r := gcExec(t, "install-cni", "--help")
-	for _, f := range []string{"-from", "/hostlease", "-to", "/host/opt/cni/bin", "-name"} {
-		if !strings.Contains(r.stderr, f) {
-			t.Errorf("--help lacks %q:\n%s", f, r.stderr)
+	for _, f := range []string{"--from", "/hostlease", "--to", "/host/opt/cni/bin", "--name"} {
+		if !strings.Contains(r.stdout, f) {
+			t.Errorf("--help lacks %q:\n%s", f, r.stdout)
 		}
 	}
 }

@@ -23,9 +23,9 @@ func TestStatusTableAndJSON(t *testing.T) {
 	}
 	rows := assertAligned(t, out, 3)
 	want := [][]string{
-		{"alpha", "0", "10.1.0.10-10.1.0.20", "11", "3", "8", "3", "0", "0", "0"},
-		{"beta", "0", "10.2.0.10-10.2.0.20", "11", "1", "10", "1", "0", "0", "0"},
-		{"beta", "1", "fd00:77::10-fd00:77::20", "17", "1", "16", "1", "0", "0", "0"},
+		{"alpha", "0", "10.1.0.10-10.1.0.20", "11", "3", "8", "3", "0", "0", "0", "-"},
+		{"beta", "0", "10.2.0.10-10.2.0.20", "11", "1", "10", "1", "0", "0", "0", "-"},
+		{"beta", "1", "fd00:77::10-fd00:77::20", "17", "1", "16", "1", "0", "0", "0", "-"},
 	}
 	for i, w := range want {
 		if !slices.Equal(rows[i], w) {
@@ -46,10 +46,11 @@ func TestStatusTableAndJSON(t *testing.T) {
 		t.Errorf("status -o json: %+v", pools)
 	}
 
-	// An empty data dir says so instead of printing a bare header.
+	// An empty data dir says so (on stderr, as every command's empty
+	// result) instead of printing a bare header.
 	empty := t.TempDir()
-	if out, _, code := cli(t, "status", "--data-dir", empty); code != 0 || !strings.Contains(out, "no stores under "+empty) {
-		t.Errorf("status of an empty dir: exit %d %q", code, out)
+	if out, errOut, code := cli(t, "status", "--data-dir", empty); code != 0 || out != "" || !strings.Contains(errOut, "no stores found under "+empty) {
+		t.Errorf("status of an empty dir: exit %d %q %q", code, out, errOut)
 	}
 	if out, _, code := cli(t, "status", "--data-dir", empty, "-o", "json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("status -o json of an empty dir: exit %d %q, want []", code, out)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
@@ -14,31 +16,50 @@ import (
 // so the most --limit can mean.
 const maxAuditLimit = 100000
 
-// cmdAudit prints the newest entries of each store's audit log: releases,
+// auditCmd prints the newest entries of each store's audit log: releases,
 // reclaims, manual releases, imports, rebuilds, index repairs.
-func cmdAudit(args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("audit", stderr)
-	dataDir := dataDirFlag(fs)
-	network := fs.String("network", "", "only this network")
-	limit := fs.Int("limit", 50, fmt.Sprintf("newest entries to show per network (1..%d)", maxAuditLimit))
-	out := outputFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
+func auditCmd(stdout, stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "audit",
+		Short: "the stores' audit logs: releases, reclaims, imports, rebuilds, repairs",
+		Long:  "The newest entries of each store's audit log: releases, reclaims, manual releases, imports, rebuilds, index repairs.",
+		Example: `  hostlease-gc audit -n cbr0 --limit 20
+  hostlease-gc audit -o json | jq '.[] | select(.action == "reclaim")'`,
+		Args: noArgs,
 	}
-	if err := checkOutput(*out); err != nil {
-		return err
+	dataDir := dataDirFlag(c)
+	network := networkFlag(c, "only this network")
+	limit := c.Flags().IntP("limit", "l", 50, fmt.Sprintf("newest entries to show per network (1..%d)", maxAuditLimit))
+	out := outputFlags(c)
+	c.RunE = func(*cobra.Command, []string) error {
+		if err := out.check(); err != nil {
+			return err
+		}
+		if *limit < 1 || *limit > maxAuditLimit {
+			return fmt.Errorf("%w: --limit must be between 1 and %d, got %d", errUsage, maxAuditLimit, *limit)
+		}
+		rows, failed, err := findAudit(*dataDir, *network, *limit, stderr)
+		if err != nil {
+			return err
+		}
+		if err := out.render(stdout, stderr, rows, len(rows), auditTable(rows), "audit entries", *dataDir); err != nil {
+			return err
+		}
+		return failed
 	}
-	if *limit < 1 || *limit > maxAuditLimit {
-		return fmt.Errorf("%w: --limit must be between 1 and %d, got %d", errUsage, maxAuditLimit, *limit)
-	}
-	files, err := selectStores(*dataDir, *network)
+	return c
+}
+
+// findAudit reads the newest limit entries of each selected store.
+func findAudit(dataDir, network string, limit int, stderr io.Writer) (rows []gc.AuditRow, failed, err error) {
+	files, err := selectStores(dataDir, network)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	rows := []gc.AuditRow{}
+	rows = []gc.AuditRow{}
 	unreadable := 0
 	for _, f := range files {
-		name, evs, err := readAudit(f.Path, *limit)
+		name, evs, err := readAudit(f.Path, limit)
 		if err != nil {
 			printf(stderr, "hostlease-gc audit: network %s: %s", f.Network, storeErr(f.Network, err))
 			unreadable++
@@ -51,29 +72,35 @@ func cmdAudit(args []string, stdout, stderr io.Writer) error {
 			rows = append(rows, gc.AuditRow{Network: name, AuditEvent: ev})
 		}
 	}
-	var failed error
 	if unreadable > 0 {
 		failed = fmt.Errorf("%d store(s) could not be read", unreadable)
 	}
-	if *out == "json" {
-		if err := writeJSON(stdout, rows); err != nil {
-			return err
+	return rows, failed, nil
+}
+
+// auditTable is audit's table; wide shows whole sandbox IDs and pod UIDs.
+func auditTable(rows []gc.AuditRow) tableFunc {
+	return func(wide bool) ([]string, [][]string) {
+		header := []string{"TIME", "NETWORK", "ACTION", "IP", "SANDBOX", "IFNAME", "POD", "BY", "REASON"}
+		id := shortID
+		if wide {
+			header = append(header, "POD-UID")
+			id = orDash
 		}
-		return failed
-	}
-	var t [][]string
-	for _, r := range rows {
-		ip := "-"
-		if r.IP.IsValid() {
-			ip = r.IP.String()
+		var t [][]string
+		for _, r := range rows {
+			ip := "-"
+			if r.IP.IsValid() {
+				ip = r.IP.String()
+			}
+			row := []string{r.Time.UTC().Format(time.RFC3339), r.Network, r.Action, ip, id(r.ContainerID), r.IfName, r.Pod, r.By, r.Reason}
+			if wide {
+				row = append(row, r.PodUID)
+			}
+			t = append(t, row)
 		}
-		t = append(t, []string{r.Time.UTC().Format(time.RFC3339), r.Network, r.Action, ip, shortID(r.ContainerID), orDash(r.IfName),
-			orDash(r.Pod), orDash(r.By), orDash(r.Reason)})
+		return header, t
 	}
-	if err := table(stdout, []string{"TIME", "NETWORK", "ACTION", "IP", "SANDBOX", "IFNAME", "POD", "BY", "REASON"}, t); err != nil {
-		return err
-	}
-	return failed
 }
 
 func readAudit(path string, limit int) (string, []allocator.AuditEvent, error) {

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
@@ -21,44 +23,82 @@ type hostLocalArgs struct {
 	hlGiven bool
 }
 
-func parseHostLocalArgs(name string, args []string, stderr io.Writer) (*hostLocalArgs, error) {
-	f := flagSet(name, stderr)
-	dataDir := dataDirFlag(f)
-	network := f.String("network", "", "the network name (required)")
-	hlDir := f.String("host-local-dir", "", "host-local's data dir, holding <dir>/<network>/ (default: the --data-dir when it is not "+
+// hostLocalFlags registers import's and export's flags; check turns them
+// into hostLocalArgs.
+func hostLocalFlags(c *cobra.Command) func() (*hostLocalArgs, error) {
+	dataDir := dataDirFlag(c)
+	network := networkFlag(c, "the network name (required)")
+	hlDir := c.Flags().String("host-local-dir", "", "host-local's data dir, holding <dir>/<network>/ (default: the --data-dir when it is not "+
 		allocator.DefaultStoreDir+", as the plugin's ipam dataDir puts both there; otherwise "+allocator.DefaultHostLocalDir+")")
-	if err := parse(f, args); err != nil {
-		return nil, err
-	}
-	if *network == "" {
-		return nil, fmt.Errorf("%w: --network is required", errUsage)
-	}
-	if err := checkNetwork(*network); err != nil {
-		return nil, err
-	}
-	if err := checkDir("--data-dir", *dataDir); err != nil {
-		return nil, err
-	}
-	a := &hostLocalArgs{dataDir: *dataDir, network: *network, hlBase: *hlDir, hlGiven: flagGiven(f, "host-local-dir")}
-	if a.hlGiven {
-		if err := checkDir("--host-local-dir", a.hlBase); err != nil {
+	return func() (*hostLocalArgs, error) {
+		if *network == "" {
+			return nil, fmt.Errorf("%w: --network is required", errUsage)
+		}
+		if err := checkNetwork(*network); err != nil {
 			return nil, err
 		}
-	} else {
-		a.hlBase = allocator.HostLocalBaseFor(a.dataDir)
+		if err := checkDir("--data-dir", *dataDir); err != nil {
+			return nil, err
+		}
+		a := &hostLocalArgs{dataDir: *dataDir, network: *network, hlBase: *hlDir, hlGiven: c.Flags().Changed("host-local-dir")}
+		if a.hlGiven {
+			if err := checkDir("--host-local-dir", a.hlBase); err != nil {
+				return nil, err
+			}
+		} else {
+			a.hlBase = allocator.HostLocalBaseFor(a.dataDir)
+		}
+		return a, nil
 	}
-	return a, nil
 }
 
-// cmdImport merges host-local's state for a network into its store
+func importCmd(stdout io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "import --network N",
+		Short: "import host-local state into a store",
+		Long: "Merge host-local's reservations of a network into its store (migration): reservations the store does not hold\n" +
+			"are imported; an address the store holds for another attachment is a conflict, kept for the store's holder,\n" +
+			"printed one line each (exit status 4).",
+		Example: `  hostlease-gc import -n cbr0
+  hostlease-gc import -n cbr0 --host-local-dir /var/lib/cni/networks`,
+		Args: noArgs,
+	}
+	args := hostLocalFlags(c)
+	c.RunE = func(*cobra.Command, []string) error {
+		a, err := args()
+		if err != nil {
+			return err
+		}
+		return runImport(a, stdout)
+	}
+	return c
+}
+
+func exportCmd(stdout io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "export --network N",
+		Short: "write a store back as host-local files (rollback)",
+		Long:  "Write a network's store back in host-local's format (rollback), into the directory host-local reads with the same ipam config.",
+		Example: `  hostlease-gc export -n cbr0
+  hostlease-gc export -n cbr0 --host-local-dir /var/lib/cni/networks`,
+		Args: noArgs,
+	}
+	args := hostLocalFlags(c)
+	c.RunE = func(*cobra.Command, []string) error {
+		a, err := args()
+		if err != nil {
+			return err
+		}
+		return runExport(a, stdout)
+	}
+	return c
+}
+
+// runImport merges host-local's state for a network into its store
 // (allocator.ImportNow): reservations the store does not hold are imported;
 // an address the store holds for another attachment is a conflict, kept
 // for the store's holder, printed one line each (exit 4).
-func cmdImport(args []string, stdout, stderr io.Writer) error {
-	a, err := parseHostLocalArgs("import", args, stderr)
-	if err != nil {
-		return err
-	}
+func runImport(a *hostLocalArgs, stdout io.Writer) error {
 	src := allocator.HostLocalDir(a.hlBase, a.network)
 	// Checked before the store is opened (and created): host-local state
 	// that is a symlink or another user's is refused (trustfs's contract).
@@ -118,16 +158,12 @@ func conflictErr(n int) error {
 		errConflict, n, allocator.AuditImportConflict)
 }
 
-// cmdExport writes a store back in host-local's format, for rolling back:
+// runExport writes a store back in host-local's format, for rolling back:
 // into the directory host-local will read with the same ipam config. The
 // store is marked exported in the same transaction, under its write lock:
 // from then on every plugin write merges what host-local changes there
 // (allocator.SyncHostLocal).
-func cmdExport(args []string, stdout, stderr io.Writer) error {
-	a, err := parseHostLocalArgs("export", args, stderr)
-	if err != nil {
-		return err
-	}
+func runExport(a *hostLocalArgs, stdout io.Writer) error {
 	path := store.FilePath(a.dataDir, a.network)
 	st, err := store.Open(path, store.OpenOptions{LockTimeout: 10 * time.Second, By: allocator.ByCLI("export")})
 	if errors.Is(err, fs.ErrNotExist) {

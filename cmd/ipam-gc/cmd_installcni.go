@@ -17,6 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,7 +33,7 @@ const (
 // does not answer is a failed install, not a hung init container.
 const installVerifyTimeout = 30 * time.Second
 
-// cmdInstallCNI copies the plugin into the CNI bin dir without a shell (the
+// installCNICmd copies the plugin into the CNI bin dir without a shell (the
 // image has none). Contract:
 //   - the target dir is opened once, without following a link, and must be
 //     owned by this process's user and not writable by group or others;
@@ -51,30 +52,35 @@ const installVerifyTimeout = 30 * time.Second
 //     command says what failed and exits 1;
 //   - on any failure before the rename the temp file is removed and the
 //     installed binary is left as it was.
-func cmdInstallCNI(args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("install-cni", stderr)
-	from := fs.String("from", installFromDefault, "the plugin binary to install")
-	to := fs.String("to", installToDefault, "the CNI bin dir to install it into")
-	name := fs.String("name", installNameDefault, "the plugin's file name in --to (the conflists' \"type\")")
-	if err := parse(fs, args); err != nil {
+func installCNICmd(stdout, stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "install-cni",
+		Short: "install the plugin binary into the CNI bin dir atomically and check that it runs",
+		Long: "Install the plugin binary into the CNI bin dir without a shell (the DaemonSet's init container): copied to a\n" +
+			"temp file in the trusted target dir, run once (CNI VERSION), renamed over the old one, read back and run again.",
+		Example: `  hostlease-gc install-cni
+  hostlease-gc install-cni --from ./bin/hostlease --to /opt/cni/bin`,
+		Args: noArgs,
+	}
+	from := c.Flags().String("from", installFromDefault, "the plugin binary to install")
+	to := c.Flags().String("to", installToDefault, "the CNI bin dir to install it into")
+	name := c.Flags().String("name", installNameDefault, "the plugin's file name in --to (the conflists' \"type\")")
+	c.RunE = func(*cobra.Command, []string) error {
+		if *from == "" || *to == "" {
+			return fmt.Errorf("%w: --from and --to must not be empty", errUsage)
+		}
+		if *name == "" || *name == "." || *name == ".." || strings.ContainsAny(*name, "/\x00") || strings.HasPrefix(*name, ".") {
+			return fmt.Errorf("%w: --name %q must be a plain file name (no '/', not starting with '.')", errUsage, *name)
+		}
+		res, err := installCNI(*from, *to, *name, stderr)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "install-cni: installed %s as %s (sha256 %s, CNI versions %s)\n",
+			escape(*from), escape(filepath.Join(*to, *name)), res.sum, strings.Join(res.versions, ","))
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	if *from == "" || *to == "" {
-		return fmt.Errorf("%w: --from and --to must not be empty", errUsage)
-	}
-	if *name == "" || *name == "." || *name == ".." || strings.ContainsAny(*name, "/\x00") || strings.HasPrefix(*name, ".") {
-		return fmt.Errorf("%w: --name %q must be a plain file name (no '/', not starting with '.')", errUsage, *name)
-	}
-	res, err := installCNI(*from, *to, *name, stderr)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "install-cni: installed %s as %s (sha256 %s, CNI versions %s)\n",
-		escape(*from), escape(filepath.Join(*to, *name)), res.sum, strings.Join(res.versions, ","))
-	return err
+	return c
 }
 
 // installResult is what a successful install verified.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
@@ -17,20 +19,61 @@ import (
 const apiViewNote = "without the Kubernetes API view, a candidate whose address a live pod on this node still lists is not vetoed here " +
 	"(the daemon vetoes it); add it with --node-name NODE (and --kubeconfig FILE outside a pod), or pass --no-api to skip it quietly"
 
-// cmdLeaks runs the daemon's sweep logic in dry-run mode: it reads the stores and
-// CRI (and the API server if configured) and prints every record whose sandbox
-// is not listed, with what the next sweep would do and why. It writes nothing.
-// Without a complete CRI answer it cannot tell a leak from a live pod, and says
-// so with exit status 1 rather than "no leak candidates".
-func cmdLeaks(args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("leaks", stderr)
-	o := gc.RegisterRunFlags(fs)
-	out := outputFlag(fs)
-	all := fs.Bool("all", false, "show every record, not only leak candidates")
-	if err := parse(fs, args); err != nil {
-		return err
+// leaksFlags are the daemon's flags that change what leaks sees or decides;
+// the others (listener, interval, logging, dry-run) are run's only.
+var leaksFlags = map[string]bool{"cri-endpoint": true, "data-dir": true, "misses": true, "grace": true, "min-age": true,
+	"netns-grace": true, "max-reclaim-fraction": true, "node-name": true, "kubeconfig": true, "no-api": true,
+	"netns-dir": true, "proc-dir": true}
+
+// leaksCmd runs the daemon's sweep logic in dry-run mode: it reads the
+// stores and CRI (and the API server if configured) and prints every record
+// whose sandbox is not listed, with what the next sweep would do and why. It
+// writes nothing. Without a complete CRI answer it cannot tell a leak from a
+// live pod, and says so with exit status 1 rather than "no leak candidates".
+func leaksCmd(stdout, stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "leaks",
+		Short: "what a sweep would reclaim now, and why (or why not)",
+		Long: "What the daemon's next sweep would reclaim now, and why (or why not): the daemon's own decision, run dry\n" +
+			"(nothing is written). The policy flags are the daemon's: pass the values `run` has to see its decisions.",
+		Example: `  hostlease-gc leaks
+  hostlease-gc leaks --node-name "$(hostname)" --all -o wide
+  hostlease-gc leaks --no-api --cri-endpoint unix:///run/crio/crio.sock -o json`,
+		Args: noArgs,
 	}
-	if err := checkOutput(*out); err != nil {
+	o := daemonFlags(c, leaksFlags)
+	out := outputFlags(c)
+	all := c.Flags().BoolP("all", "a", false, "show every record, not only leak candidates")
+	c.RunE = func(*cobra.Command, []string) error {
+		if err := checkLeaksArgs(o, out); err != nil {
+			return err
+		}
+		rep, err := sweepDry(o, stderr)
+		if err != nil {
+			return err
+		}
+		rows, failed, damaged := leakRows(rep, *all, stderr)
+		// Without a complete CRI answer no record is a candidate: print the
+		// per-record verdicts only when asked for every record.
+		if rep.CRI.Complete || *all {
+			if err := out.render(stdout, stderr, rows, len(rows), leakTable(rows), "leak candidates", o.DataDir); err != nil {
+				return err
+			}
+		}
+		switch {
+		case len(failed) > 0:
+			return errors.New(strings.Join(failed, "; "))
+		case damaged > 0:
+			// Their addresses stay reserved: never leak candidates.
+			return damagedSummary(damaged)
+		}
+		return nil
+	}
+	return c
+}
+
+func checkLeaksArgs(o *gc.Options, out *output) error {
+	if err := out.check(); err != nil {
 		return err
 	}
 	if err := o.Validate(); err != nil {
@@ -39,13 +82,15 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	if err := checkCRIEndpoint(o.CRIEndpoint); err != nil {
 		return err
 	}
-	if err := checkDir("--data-dir", o.DataDir); err != nil {
-		return err
-	}
+	return checkDir("--data-dir", o.DataDir)
+}
+
+// sweepDry runs one dry sweep with o and returns its report.
+func sweepDry(o *gc.Options, stderr io.Writer) (*gc.SweepReport, error) {
 	o.DryRun = true
 	cri, err := gc.DialCRI(o.CRIEndpoint)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	defer cri.Close()
 	var kube *gc.Kube
@@ -62,11 +107,15 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	s := &gc.Sweeper{Opts: o, CRI: cri, Kube: kube, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rep := s.Sweep(ctx)
+	return s.Sweep(ctx), nil
+}
+
+// leakRows turns a dry sweep's report into leaks' rows (candidates only,
+// unless all), reporting on stderr what the report says could not be seen.
+// failed lists why the answer is incomplete; damaged counts damaged records.
+func leakRows(rep *gc.SweepReport, all bool, stderr io.Writer) (rows []gc.LeakRow, failed []string, damaged int) {
 	now := time.Now()
-	rows := []gc.LeakRow{}
-	var failed []string
-	damaged := 0
+	rows = []gc.LeakRow{}
 	for _, nr := range rep.Networks {
 		if nr.Err != nil {
 			printf(stderr, "hostlease-gc leaks: network %s: %s", nr.Network, storeErr(nr.Network, nr.Err))
@@ -77,7 +126,7 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 			damaged += len(nr.Snapshot.Damaged)
 		}
 		for _, d := range nr.Verdict.Decisions {
-			if !*all && !d.Candidate {
+			if !all && !d.Candidate {
 				continue
 			}
 			verdict := "keep"
@@ -86,7 +135,7 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 			}
 			r := d.Record
 			rows = append(rows, gc.LeakRow{Network: nr.Network, IP: r.IP.String(), Pod: r.PodRef(), Sandbox: r.ContainerID,
-				State: string(r.State), Age: age(now.Sub(r.Created)), Verdict: verdict, Reason: string(d.Reason), Detail: d.Detail})
+				State: string(r.State), AgeSeconds: ageSeconds(now.Sub(r.Created)), Verdict: verdict, Reason: string(d.Reason), Detail: d.Detail})
 		}
 	}
 	if !rep.CRI.Complete {
@@ -98,39 +147,26 @@ func cmdLeaks(args []string, stdout, stderr io.Writer) error {
 	if rep.API.Enabled && !rep.API.Available {
 		printf(stderr, "hostlease-gc leaks: the API server could not be read: candidates are kept (reason api_unavailable)")
 	}
-	// Without a complete CRI answer no record is a candidate: print the
-	// per-record verdicts only when asked for every record.
-	if rep.CRI.Complete || *all {
-		if err := printLeaks(stdout, *out, rows, len(failed) > 0); err != nil {
-			return err
-		}
-	}
-	switch {
-	case len(failed) > 0:
-		return errors.New(strings.Join(failed, "; "))
-	case damaged > 0:
-		// Their addresses stay reserved: never leak candidates.
-		return damagedSummary(damaged)
-	}
-	return nil
+	return rows, failed, damaged
 }
 
-// printLeaks prints the rows; partial says some stores could not be read.
-func printLeaks(stdout io.Writer, format string, rows []gc.LeakRow, partial bool) error {
-	if format == "json" {
-		return writeJSON(stdout, rows)
-	}
-	if len(rows) == 0 {
-		msg := "no leak candidates"
-		if partial {
-			msg += " in the stores that could be read"
+// leakTable is leaks' table; wide adds the reason code and whole sandbox IDs.
+func leakTable(rows []gc.LeakRow) tableFunc {
+	return func(wide bool) ([]string, [][]string) {
+		header := []string{"NETWORK", "IP", "POD", "SANDBOX", "STATE", "AGE", "NEXT SWEEP", "WHY"}
+		id := shortID
+		if wide {
+			header = append(header, "REASON")
+			id = orDash
 		}
-		_, err := fmt.Fprintln(stdout, msg)
-		return err
+		var t [][]string
+		for _, r := range rows {
+			row := []string{r.Network, r.IP, r.Pod, id(r.Sandbox), r.State, age(time.Duration(r.AgeSeconds) * time.Second), r.Verdict, r.Detail}
+			if wide {
+				row = append(row, r.Reason)
+			}
+			t = append(t, row)
+		}
+		return header, t
 	}
-	var t [][]string
-	for _, r := range rows {
-		t = append(t, []string{r.Network, r.IP, orDash(r.Pod), shortID(r.Sandbox), r.State, r.Age, r.Verdict, r.Detail})
-	}
-	return table(stdout, []string{"NETWORK", "IP", "POD", "SANDBOX", "STATE", "AGE", "NEXT SWEEP", "WHY"}, t)
 }

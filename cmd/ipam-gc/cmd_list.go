@@ -9,26 +9,50 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
-func cmdList(args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("list", stderr)
-	dataDir := dataDirFlag(fs)
-	network := fs.String("network", "", "only this network")
-	out := outputFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
+func listCmd(stdout, stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "every allocation: IP, pod, sandbox, state, age",
+		Long: "Every allocation of every store (or of one network): address, pod, sandbox, interface, state, age,\n" +
+			"and what the daemon last saw of its sandbox. Damaged records are listed as DAMAGED (exit status 3).",
+		Example: `  hostlease-gc list
+  hostlease-gc list -n cbr0 -o wide
+  hostlease-gc list -o json | jq -r '.[] | select(.state == "pending") | .ip'`,
+		Args: noArgs,
 	}
-	if err := checkOutput(*out); err != nil {
-		return err
+	dataDir := dataDirFlag(c)
+	network := networkFlag(c, "only this network")
+	out := outputFlags(c)
+	c.RunE = func(*cobra.Command, []string) error {
+		if err := out.check(); err != nil {
+			return err
+		}
+		views, failed, err := findViews(*dataDir, *network, stderr)
+		if err != nil {
+			return err
+		}
+		rows := listRows(views)
+		if err := out.render(stdout, stderr, rows, len(rows), listTable(views), "allocations", *dataDir); err != nil {
+			return err
+		}
+		return failed
 	}
-	files, err := selectStores(*dataDir, *network)
+	return c
+}
+
+// findViews reads the selected stores. An unreadable one is reported on
+// stderr and makes failed an error; damaged records make it errDamaged.
+func findViews(dataDir, network string, stderr io.Writer) (views []*storeView, failed, err error) {
+	files, err := selectStores(dataDir, network)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	var views []*storeView
 	unreadable, damaged := 0, 0
 	for _, f := range files {
 		v, err := readStore(f)
@@ -40,57 +64,69 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 		views = append(views, v)
 		damaged += len(v.Damaged)
 	}
-	var result error
 	switch {
 	case unreadable > 0:
-		result = fmt.Errorf("%d store(s) could not be read", unreadable)
+		failed = fmt.Errorf("%d store(s) could not be read", unreadable)
 	case damaged > 0:
-		result = damagedSummary(damaged)
+		failed = damagedSummary(damaged)
 	}
-	if *out == "json" {
-		all := []any{}
-		for _, v := range views {
-			for _, r := range v.Records {
-				all = append(all, r)
-			}
-			for _, d := range v.Damaged {
-				ip := ""
-				if d.IP.IsValid() {
-					ip = d.IP.String()
-				}
-				all = append(all, gc.DamagedRow{IP: ip, Network: v.Network, State: gc.DamagedState, Error: damagedErr(d),
-					ContainerID: d.ContainerID, IfName: d.IfName})
-			}
-		}
-		if err := writeJSON(stdout, all); err != nil {
-			return err
-		}
-		return result
-	}
-	now := time.Now()
-	header := []string{"NETWORK", "IP", "POD", "SANDBOX", "IFNAME", "STATE", "AGE", "SANDBOX-STATE", "MISSES"}
-	if damaged > 0 {
-		header = append(header, "DAMAGE")
-	}
-	var t [][]string
+	return views, failed, nil
+}
+
+// listRows are list's JSON rows: the records, then a DamagedRow per record
+// that does not decode.
+func listRows(views []*storeView) []any {
+	all := []any{}
 	for _, v := range views {
 		for _, r := range v.Records {
-			row := []string{r.Network, r.IP.String(), orDash(r.PodRef()), shortID(r.ContainerID), orDash(r.IfName),
-				string(r.State), age(now.Sub(r.Created)), orDash(r.Obs.SandboxState), strconv.Itoa(r.Obs.Misses)}
-			if damaged > 0 {
-				row = append(row, "-")
-			}
-			t = append(t, row)
+			all = append(all, gc.NewListRow(r))
 		}
 		for _, d := range v.Damaged {
-			t = append(t, []string{v.Network, damagedIP(d), "-", shortID(d.ContainerID), orDash(d.IfName), "DAMAGED", "-", "-", "-",
-				damagedErr(d)})
+			ip := ""
+			if d.IP.IsValid() {
+				ip = d.IP.String()
+			}
+			all = append(all, gc.DamagedRow{IP: ip, Network: v.Network, State: gc.DamagedState, Error: damagedErr(d),
+				ContainerID: d.ContainerID, IfName: d.IfName})
 		}
 	}
-	if err := table(stdout, header, t); err != nil {
-		return err
+	return all
+}
+
+// listTable is list's table; wide shows whole sandbox IDs, the pod UID and
+// the netns path.
+func listTable(views []*storeView) tableFunc {
+	return func(wide bool) ([]string, [][]string) {
+		now := time.Now()
+		id := shortID
+		if wide {
+			id = orDash
+		}
+		header := []string{"NETWORK", "IP", "POD", "SANDBOX", "IFNAME", "STATE", "AGE", "SANDBOX-STATE", "MISSES"}
+		if wide {
+			header = append(header, "POD-UID", "NETNS")
+		}
+		header = append(header, "DAMAGE")
+		var t [][]string
+		for _, v := range views {
+			for _, r := range v.Records {
+				row := []string{r.Network, r.IP.String(), r.PodRef(), id(r.ContainerID), r.IfName,
+					string(r.State), age(now.Sub(r.Created)), r.Obs.SandboxState, strconv.Itoa(r.Obs.Misses)}
+				if wide {
+					row = append(row, r.PodUID, r.Netns)
+				}
+				t = append(t, append(row, "-"))
+			}
+			for _, d := range v.Damaged {
+				row := []string{v.Network, damagedIP(d), "-", id(d.ContainerID), d.IfName, "DAMAGED", "-", "-", "-"}
+				if wide {
+					row = append(row, "-", "-")
+				}
+				t = append(t, append(row, damagedErr(d)))
+			}
+		}
+		return header, t
 	}
-	return result
 }
 
 // selectStores returns the stores to act on: one network's, or all. The data

@@ -7,12 +7,14 @@ import (
 	"io"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
-// cmdRebuild sets a network's store aside and rebuilds it with
+// rebuildCmd sets a network's store aside and rebuilds it with
 // gc.RebuildStore, the daemon's engine: from the runtime's sandboxes and from
 // whatever of the old store can still be read (records that decode are kept,
 // damaged ones keep their addresses reserved).
@@ -26,43 +28,66 @@ import (
 //
 // Environment errors (permissions, read-only, no space...) are never a
 // reason to rebuild: they are reported as they are.
-func cmdRebuild(args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("rebuild", stderr)
-	dataDir := dataDirFlag(fs)
-	network := fs.String("network", "", "the network whose store to rebuild (required)")
-	endpoint := fs.String("cri-endpoint", gc.DefaultCRIEndpoint, "CRI runtime endpoint (unix socket)")
-	force := fs.Bool("force", false, "rebuild a store that is healthy or has a damaged page (addresses only that page records stay reserved for nobody)")
-	if err := parse(fs, args); err != nil {
-		return err
+func rebuildCmd(stdout io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "rebuild --network N",
+		Short: "set a damaged store aside and rebuild it from CRI and what still decodes",
+		Long: "Set a network's store aside and rebuild it from the runtime's sandboxes and whatever of the old store can\n" +
+			"still be read. A store bbolt cannot open, or one holding damaged records, is rebuilt as asked; one with a damaged\n" +
+			"page, or a healthy one, needs --force. Environment errors (permissions, read-only, no space) are never rebuilt.",
+		Example: `  hostlease-gc rebuild -n cbr0
+  hostlease-gc rebuild -n cbr0 --force --cri-endpoint unix:///run/crio/crio.sock`,
+		Args: noArgs,
 	}
-	if *network == "" {
-		return fmt.Errorf("%w: --network is required", errUsage)
+	dataDir := dataDirFlag(c)
+	network := networkFlag(c, "the network whose store to rebuild (required)")
+	endpoint := c.Flags().String("cri-endpoint", gc.DefaultCRIEndpoint, "CRI runtime endpoint (unix socket)")
+	force := c.Flags().BoolP("force", "f", false, "rebuild a store that is healthy or has a damaged page (addresses only that page records stay reserved for nobody)")
+	c.RunE = func(*cobra.Command, []string) error {
+		if *network == "" {
+			return fmt.Errorf("%w: --network is required", errUsage)
+		}
+		if err := checkCRIEndpoint(*endpoint); err != nil {
+			return err
+		}
+		f, view, sets, err := findRebuild(*dataDir, *network, *force)
+		if err != nil {
+			return err
+		}
+		return applyRebuild(stdout, f, view, sets, *endpoint, *force)
 	}
-	if err := checkCRIEndpoint(*endpoint); err != nil {
-		return err
-	}
-	files, err := selectStores(*dataDir, *network)
+	return c
+}
+
+// findRebuild reads the network's store and decides whether it may be
+// rebuilt: it returns the store, what of it could be read (nil if nothing)
+// and its range sets, or why not.
+func findRebuild(dataDir, network string, force bool) (gc.StoreFile, *storeView, []allocator.StoredRangeSet, error) {
+	files, err := selectStores(dataDir, network)
 	if err != nil {
-		return err
+		return gc.StoreFile{}, nil, nil, err
 	}
 	f := files[0]
 	view, readErr := readStore(f)
-	var sets []allocator.StoredRangeSet
 	switch {
-	case readErr == nil && len(view.Damaged) == 0 && !*force:
-		return fmt.Errorf("store %s is readable (%d records); pass --force to rebuild it anyway (no record is damaged)", f.Path, len(view.Records))
+	case readErr == nil && len(view.Damaged) == 0 && !force:
+		return f, nil, nil, fmt.Errorf("store %s is readable (%d records); pass --force to rebuild it anyway (no record is damaged)", f.Path, len(view.Records))
 	case readErr == nil:
-		sets = view.RangeSets
-	case errors.Is(readErr, store.ErrPageDamaged) && !*force:
+		return f, view, view.RangeSets, nil
+	case errors.Is(readErr, store.ErrPageDamaged) && !force:
 		// The plugin still serves from the pages it can read: a rebuild
 		// cannot tell who owns what only the damaged page records.
-		return fmt.Errorf("store %s is damaged (%v); pass --force to set it aside and rebuild it from CRI and its readable pages (owners recorded only on the damaged page are lost; their addresses stay reserved for nobody until the daemon frees them)", f.Path, readErr)
+		return f, nil, nil, fmt.Errorf("store %s is damaged (%v); pass --force to set it aside and rebuild it from CRI and its readable pages (owners recorded only on the damaged page are lost; their addresses stay reserved for nobody until the daemon frees them)", f.Path, readErr)
 	case store.IsDamage(readErr):
 		// RebuildStore reads the range sets from the old store if it can.
-	default:
-		return fmt.Errorf("not rebuilding: %w (not damage: fix the cause)", readErr)
+		return f, nil, nil, nil
 	}
-	cri, err := gc.DialCRI(*endpoint)
+	return f, nil, nil, fmt.Errorf("not rebuilding: %w (not damage: fix the cause)", readErr)
+}
+
+// applyRebuild lists the runtime's sandboxes and rebuilds f with them.
+func applyRebuild(stdout io.Writer, f gc.StoreFile, view *storeView, sets []allocator.StoredRangeSet, endpoint string, force bool) error {
+	cri, err := gc.DialCRI(endpoint)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -82,10 +107,10 @@ func cmdRebuild(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("not rebuilding: %s", crView.Why)
 	}
 	when := gc.RebuildDamaged
-	if *force {
+	if force {
 		when = gc.RebuildAlways
 	}
-	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, *network, sandboxes, sets, time.Now().UTC(), when, allocator.ByCLI("rebuild"))
+	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, f.Network, sandboxes, sets, time.Now().UTC(), when, allocator.ByCLI("rebuild"))
 	if err != nil {
 		return err
 	}

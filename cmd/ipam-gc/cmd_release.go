@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
@@ -18,64 +20,107 @@ import (
 // stdin is where confirmations are read; tests replace it.
 var stdin io.Reader = os.Stdin
 
-// cmdRelease frees one address, or every address of one sandbox, by hand. It
-// shows what it is about to release and asks for confirmation unless --yes.
-func cmdRelease(args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("release", stderr)
-	dataDir := dataDirFlag(fs)
-	network := fs.String("network", "", "the network (needed when several stores exist)")
-	sandbox := fs.String("sandbox", "", "release every address held by this sandbox (container) ID")
-	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
+// releaseCmd frees one address, or every address of one sandbox, by hand:
+// find what would be released (read-only), show it and confirm (unless
+// --yes), then release what was shown, and only that.
+func releaseCmd(stdout, stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "release (IP | --sandbox ID)",
+		Short: "release an address (or a sandbox's addresses) by hand",
+		Long: "Release an address, or every address of one sandbox, by hand. It shows what it is about to release and asks\n" +
+			"for confirmation unless --yes; a record that changed since it was shown is left alone (exit status 1).\n" +
+			"A damaged record is released by its address, never by a sandbox ID.",
+		Example: `  hostlease-gc release 10.85.0.17 -n cbr0
+  hostlease-gc release --sandbox 3f2a...e1 --yes`,
+		// releaseQueryOf refuses a second argument.
+		Args: cobra.ArbitraryArgs,
 	}
-	var ip netip.Addr
-	switch {
-	case len(pos) == 1 && *sandbox == "":
-		a, err := netip.ParseAddr(pos[0])
-		if err != nil || a.Zone() != "" {
-			return fmt.Errorf("%w: %q is not an IP address", errUsage, pos[0])
+	dataDir := dataDirFlag(c)
+	network := networkFlag(c, "the network (needed when several stores exist)")
+	sandbox := c.Flags().String("sandbox", "", "release every address held by this sandbox (container) ID")
+	yes := c.Flags().BoolP("yes", "y", false, "do not ask for confirmation")
+	c.RunE = func(_ *cobra.Command, args []string) error {
+		q, err := releaseQueryOf(args, *sandbox)
+		if err != nil {
+			return err
 		}
-		ip = a.Unmap()
-	case len(pos) == 0 && *sandbox != "":
-	default:
-		return fmt.Errorf("%w: give exactly one of IP or --sandbox ID", errUsage)
+		targets, err := findRelease(*dataDir, *network, q)
+		if err != nil {
+			return err
+		}
+		if err := confirmRelease(stdout, targets, *yes); err != nil {
+			return err
+		}
+		return applyRelease(stdout, stderr, targets)
 	}
-	files, err := selectStores(*dataDir, *network)
+	return c
+}
+
+// releaseQuery is what release was asked to free: one address, or one
+// sandbox's addresses.
+type releaseQuery struct {
+	ip      netip.Addr
+	sandbox string
+}
+
+func (q releaseQuery) String() string {
+	if q.sandbox != "" {
+		return "sandbox " + q.sandbox
+	}
+	return q.ip.String()
+}
+
+func releaseQueryOf(args []string, sandbox string) (releaseQuery, error) {
+	switch {
+	case len(args) == 1 && sandbox == "":
+		a, err := netip.ParseAddr(args[0])
+		if err != nil || a.Zone() != "" {
+			return releaseQuery{}, fmt.Errorf("%w: %q is not an IP address", errUsage, args[0])
+		}
+		return releaseQuery{ip: a.Unmap()}, nil
+	case len(args) == 0 && sandbox != "":
+		return releaseQuery{sandbox: sandbox}, nil
+	}
+	return releaseQuery{}, fmt.Errorf("%w: give exactly one of IP or --sandbox ID", errUsage)
+}
+
+// releaseTarget is what release found in one store: the records it shows and
+// will release, exactly as read.
+type releaseTarget struct {
+	f       gc.StoreFile
+	network string
+	recs    []*allocator.Record
+	damaged []allocator.DamagedRecord
+}
+
+// findRelease reads the stores and returns what q would release. A damaged
+// record (its value does not decode) is found by its address only: a
+// sandbox ID it may show only in part.
+func findRelease(dataDir, network string, q releaseQuery) ([]releaseTarget, error) {
+	files, err := selectStores(dataDir, network)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(files) == 0 {
-		return fmt.Errorf("no stores under %s", *dataDir)
+		return nil, fmt.Errorf("no stores under %s", dataDir)
 	}
-	if len(files) > 1 && *network == "" && *sandbox == "" {
-		return fmt.Errorf("%w: %d networks under %s; name one with --network", errUsage, len(files), *dataDir)
+	if len(files) > 1 && network == "" && q.sandbox == "" {
+		return nil, fmt.Errorf("%w: %d networks under %s; name one with --network", errUsage, len(files), dataDir)
 	}
-	// Find what would be released first (read-only), then confirm, then
-	// release what was shown, and only that. A damaged record (its value does
-	// not decode) is released by its address; never by a sandbox ID, which it
-	// may show only in part.
-	type target struct {
-		f       gc.StoreFile
-		network string
-		recs    []*allocator.Record
-		damaged []allocator.DamagedRecord
-	}
-	var targets []target
+	var targets []releaseTarget
 	for _, f := range files {
 		v, err := readStore(f)
 		if err != nil {
-			return fmt.Errorf("network %s: %w", f.Network, err)
+			return nil, fmt.Errorf("network %s: %w", f.Network, err)
 		}
-		t := target{f: f, network: v.Network}
+		t := releaseTarget{f: f, network: v.Network}
 		for _, r := range v.Records {
-			if (ip.IsValid() && r.IP == ip) || (*sandbox != "" && r.ContainerID == *sandbox) {
+			if (q.ip.IsValid() && r.IP == q.ip) || (q.sandbox != "" && r.ContainerID == q.sandbox) {
 				t.recs = append(t.recs, r)
 			}
 		}
 		for _, d := range v.Damaged {
-			if ip.IsValid() && d.IP == ip {
+			if q.ip.IsValid() && d.IP == q.ip {
 				t.damaged = append(t.damaged, d)
 			}
 		}
@@ -84,12 +129,13 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if len(targets) == 0 {
-		what := ip.String()
-		if *sandbox != "" {
-			what = "sandbox " + *sandbox
-		}
-		return fmt.Errorf("no allocation found for %s", what)
+		return nil, fmt.Errorf("no allocation found for %s", q)
 	}
+	return targets, nil
+}
+
+// confirmRelease shows the targets and, unless yes, asks on stdin.
+func confirmRelease(stdout io.Writer, targets []releaseTarget, yes bool) error {
 	now := time.Now()
 	for _, t := range targets {
 		for _, r := range t.recs {
@@ -101,55 +147,25 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 				t.network, d.IP, damagedErr(d), orDash(d.ContainerID), orDash(d.IfName))
 		}
 	}
-	if !*yes {
-		fmt.Fprint(stdout, "Release these addresses? A pod still using one would share it with the next pod. [y/N] ")
-		line, _ := bufio.NewReader(stdin).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-			return fmt.Errorf("not confirmed; nothing released")
-		}
+	if yes {
+		return nil
 	}
+	fmt.Fprint(stdout, "Release these addresses? A pod still using one would share it with the next pod. [y/N] ")
+	line, _ := bufio.NewReader(stdin).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+		return fmt.Errorf("not confirmed; nothing released")
+	}
+	return nil
+}
+
+// applyRelease releases what was shown, each store in one write
+// transaction; a record that changed since it was read is left alone.
+func applyRelease(stdout, stderr io.Writer, targets []releaseTarget) error {
 	released, changed := 0, 0
 	for _, t := range targets {
-		st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: cliLockTimeout, By: allocator.ByCLI("release")})
-		if err != nil {
-			return fmt.Errorf("network %s: %w", t.network, err)
-		}
-		err = st.Update(func(tx *store.Tx) error {
-			release := func(ip netip.Addr) error {
-				if _, err := allocator.ReleaseIP(tx, ip, "hostlease-gc release", allocator.ByCLI("release"), now); err != nil {
-					return err
-				}
-				released++
-				return nil
-			}
-			skip := func(ip netip.Addr) {
-				// Changed since it was shown: leave the new state alone.
-				printf(stderr, "hostlease-gc release: %s %s changed since it was shown; not released", t.network, ip)
-				changed++
-			}
-			for _, want := range t.recs {
-				cur, _ := tx.Lookup(want.IP)
-				if cur == nil || !allocator.SameAllocation(cur, want) {
-					skip(want.IP)
-					continue
-				}
-				if err := release(want.IP); err != nil {
-					return err
-				}
-			}
-			for _, want := range t.damaged {
-				cur, curD := tx.Lookup(want.IP)
-				if cur != nil || curD == nil || !bytes.Equal(curD.Raw, want.Raw) {
-					skip(want.IP)
-					continue
-				}
-				if err := release(want.IP); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		st.Close()
+		r, c, err := releaseIn(t, stderr)
+		released += r
+		changed += c
 		if err != nil {
 			return fmt.Errorf("network %s: %w", t.network, err)
 		}
@@ -159,4 +175,47 @@ func cmdRelease(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d address(es) not released: changed since shown; look again", changed)
 	}
 	return nil
+}
+
+// releaseIn releases t's records in its store, those still exactly as shown.
+func releaseIn(t releaseTarget, stderr io.Writer) (released, changed int, err error) {
+	st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: cliLockTimeout, By: allocator.ByCLI("release")})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer st.Close()
+	now := time.Now()
+	err = st.Update(func(tx *store.Tx) error {
+		released, changed = 0, 0
+		release := func(ip netip.Addr, same bool) error {
+			if !same {
+				// Changed since it was shown: leave the new state alone.
+				printf(stderr, "hostlease-gc release: %s %s changed since it was shown; not released", t.network, ip)
+				changed++
+				return nil
+			}
+			if _, err := allocator.ReleaseIP(tx, ip, "hostlease-gc release", allocator.ByCLI("release"), now); err != nil {
+				return err
+			}
+			released++
+			return nil
+		}
+		for _, want := range t.recs {
+			cur, _ := tx.Lookup(want.IP)
+			if err := release(want.IP, cur != nil && allocator.SameAllocation(cur, want)); err != nil {
+				return err
+			}
+		}
+		for _, want := range t.damaged {
+			cur, curD := tx.Lookup(want.IP)
+			if err := release(want.IP, cur == nil && curD != nil && bytes.Equal(curD.Raw, want.Raw)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return released, changed, nil
 }

@@ -4,34 +4,38 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 
-func newLogger(format string, w io.Writer) *slog.Logger {
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
+func runCmd(stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "run the reconciling daemon",
+		Long: "Run the node daemon: sweep the stores against CRI every --interval (and when a netns disappears or an\n" +
+			"exhaustion is recorded), reclaim what the policy proves leaked, export metrics on --metrics-addr.\n" +
+			"Logs go to stderr; SIGINT or SIGTERM stops it after one line saying so.",
+		Example: `  hostlease-gc run --node-name "$NODE_NAME" --cri-endpoint unix:///run/containerd/containerd.sock
+  hostlease-gc run --no-api --dry-run --log-level debug --log-format json`,
+		Args: noArgs,
 	}
-	return slog.New(slog.NewTextHandler(w, nil))
-}
-
-func cmdRun(args []string, _, stderr io.Writer) error {
-	fs := flagSet("run", stderr)
-	o := gc.RegisterRunFlags(fs)
-	if err := parse(fs, args); err != nil {
-		return err
+	o := daemonFlags(c, nil)
+	c.RunE = func(*cobra.Command, []string) error {
+		if err := o.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		log := gc.NewLogger(o, stderr)
+		d, err := gc.NewDaemon(o, log)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		return d.Run(ctx)
 	}
-	if err := o.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	d, err := gc.NewDaemon(o, newLogger(o.LogFormat, stderr))
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	return d.Run(ctx)
+	return c
 }

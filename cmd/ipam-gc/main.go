@@ -2,43 +2,28 @@
 // reconciles the plugin's stores with the container runtime (CRI) and reclaims
 // addresses leaked by failed CNI chains; the other commands let a person see
 // and fix what the node holds.
+//
+// The command line is spf13/cobra's (as kubectl's and helm's): help on
+// stdout with exit status 0, GNU-style flags (--long, -s), each verb's own
+// flags only, stray arguments refused with exit status 2.
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
 )
 
-type command struct {
-	name, usage, summary string
-	run                  func(args []string, stdout, stderr io.Writer) error
-}
-
-func commands() []command {
-	return []command{
-		{"run", "run [flags]", "run the reconciling daemon", cmdRun},
-		{"status", "status [--data-dir D] [-o table|json]", "pools per network: size, used, free, pending, leak candidates", cmdStatus},
-		{"list", "list [--data-dir D] [--network N] [-o table|json]", "every allocation: IP, pod, sandbox, state, age", cmdList},
-		{"leaks", "leaks [--data-dir D] [--cri-endpoint E] [policy flags] [-o table|json]", "what a sweep would reclaim now, and why (or why not)", cmdLeaks},
-		{"release", "release IP|--sandbox ID [--network N] [--yes]", "release an address (or a sandbox's addresses) by hand", cmdRelease},
-		{"audit", "audit [--data-dir D] [--network N] [--limit N] [-o table|json]", "the stores' audit logs: releases, reclaims, imports, rebuilds, repairs", cmdAudit},
-		{"import", "import --network N [--host-local-dir D]", "import host-local state into a store", cmdImport},
-		{"export", "export --network N [--host-local-dir D]", "write a store back as host-local files (rollback)", cmdExport},
-		{"rebuild", "rebuild --network N [--cri-endpoint E] [--force]", "set a damaged store aside and rebuild it from CRI and what still decodes", cmdRebuild},
-		{"install-cni", "install-cni [--from PLUGIN] [--to CNI_BIN_DIR] [--name NAME]", "install the plugin binary into the CNI bin dir atomically and check that it runs", cmdInstallCNI},
-		{"version", "version", "print the version", func(_ []string, out, _ io.Writer) error { _, err := fmt.Fprintln(out, versionString()); return err }},
-	}
-}
-
-// Exit codes, the same for every command (usage text and docs/runbook.md
+// Exit codes, the same for every command (the root help and docs/cli.md
 // list them).
 const (
 	exitOK      = 0 // done; nothing wrong found
 	exitFailed  = 1 // failed, or could not see everything asked for (a store it cannot read, CRI not answering)
-	exitUsage   = 2 // bad command line: unknown flag, missing or unusable value
+	exitUsage   = 2 // bad command line: unknown flag, missing or unusable value, stray argument
 	exitDamaged = 3 // done, and every store was read, but some hold damaged (quarantined) records
 	// exitConflict: import done, but host-local's files name addresses the
 	// store holds for another attachment (kept for the store's holder).
@@ -60,64 +45,120 @@ func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// realMain runs the command line args and returns the exit status. Errors are
+// printed here, escaped, once: the commands return them.
 func realMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	c, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
 	}
-	for _, c := range commands() {
-		if c.name != args[0] {
-			continue
-		}
-		err := c.run(args[1:], stdout, stderr)
-		switch {
-		case err == nil:
-			return exitOK
-		case errors.Is(err, flag.ErrHelp):
-			return exitOK
-		case errors.Is(err, errUsage):
-			printf(stderr, "hostlease-gc %s: %v", c.name, err)
-			fmt.Fprintf(stderr, "usage: hostlease-gc %s\n", c.usage)
-			return exitUsage
-		case errors.Is(err, errDamaged):
-			printf(stderr, "hostlease-gc %s: %v", c.name, err)
-			return exitDamaged
-		case errors.Is(err, errConflict):
-			printf(stderr, "hostlease-gc %s: %v", c.name, err)
-			return exitConflict
-		}
-		printf(stderr, "hostlease-gc %s: %v", c.name, err)
-		return exitFailed
+	name := c.CommandPath()
+	switch {
+	case errors.Is(err, errUsage):
+		printf(stderr, "%s: %v", name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		printf(stderr, "usage: %s", c.UseLine())
+		printf(stderr, "Run '%s --help' for its flags and examples.", name)
+		return exitUsage
+	case errors.Is(err, errDamaged):
+		printf(stderr, "%s: %v", name, err)
+		return exitDamaged
+	case errors.Is(err, errConflict):
+		printf(stderr, "%s: %v", name, err)
+		return exitConflict
 	}
-	printf(stderr, "hostlease-gc: unknown command %q", args[0])
-	usage(stderr)
-	return exitUsage
+	printf(stderr, "%s: %v", name, err)
+	return exitFailed
 }
 
-const exitCodesHelp = `
-Exit status (every command):
+const exitCodesHelp = `Exit status (every command):
   0  done; nothing wrong found
   1  failed, or could not see everything asked for: a data dir or store it
-     cannot read, a status row in ERROR, CRI not answering (leaks, rebuild)
-  2  bad command line: unknown flag, missing or unusable flag value
+     cannot read or write, a status row in ERROR, CRI not answering (leaks,
+     rebuild), a doctor finding
+  2  bad command line: unknown flag or command, missing or unusable flag
+     value, a stray argument
   3  done and every store was read, but some records are damaged (DAMAGED
      rows in list/status; also from leaks, export): release them by IP or
      rebuild the store
   4  import done, but host-local's files name addresses the store holds for
      another attachment: each conflict is listed; the address stays
      reserved for the store's holder
-Text output escapes control characters (\t, \n, \x1b, \u202e, \\);
--o json is exact JSON.
-`
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "hostlease-gc: reclaims addresses leaked by failed CNI chains, and shows what the node holds.\n\nCommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+Text output escapes control characters (\t, \n, \x1b, \u202e, \\);
+-o json and -o yaml are exact. An empty result prints nothing on stdout
+(an empty list with -o json|yaml) and one line on stderr.`
+
+// newRoot builds the command tree writing to stdout and stderr.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "hostlease-gc",
+		Short: "reclaims addresses leaked by failed CNI chains, and shows what the node holds",
+		Long: "hostlease-gc: reclaims addresses leaked by failed CNI chains, and shows what the node holds.\n\n" +
+			"`run` is the node daemon (the DaemonSet runs it); the other commands are for a person at the node.\n\n" + exitCodesHelp,
+		Example: `  hostlease-gc status
+  hostlease-gc leaks --node-name "$(hostname)"
+  hostlease-gc doctor
+  hostlease-gc completion bash > /etc/bash_completion.d/hostlease-gc`,
+		Version:       versionString(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			// Reached only without a known command: a bad command line.
+			c.SetOut(stderr)
+			_ = c.Usage()
+			if len(args) == 0 {
+				return fmt.Errorf("%w: no command given", errUsage)
+			}
+			return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+		},
+		PersistentPreRunE: checkFiniteFlags,
 	}
-	fmt.Fprintln(w, "\nRun 'hostlease-gc COMMAND --help' for a command's flags.")
-	fmt.Fprint(w, exitCodesHelp)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetUsageTemplate(root.UsageTemplate() + `{{if .HasParent}}
+Exit status: see 'hostlease-gc --help'.
+{{end}}`)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	})
+	root.AddCommand(
+		runCmd(stderr),
+		statusCmd(stdout, stderr),
+		listCmd(stdout, stderr),
+		leaksCmd(stdout, stderr),
+		releaseCmd(stdout, stderr),
+		auditCmd(stdout, stderr),
+		importCmd(stdout),
+		exportCmd(stdout),
+		rebuildCmd(stdout),
+		installCNICmd(stdout, stderr),
+		doctorCmd(stdout, stderr),
+		versionCmd(stdout),
+	)
+	return root
+}
+
+// noArgs refuses any positional argument (exit status 2).
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (this command takes flags only)", errUsage, args[0])
+	}
+	return nil
+}
+
+func versionCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:     "version",
+		Short:   "print the version",
+		Example: "  hostlease-gc version",
+		Args:    noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(stdout, versionString())
+			return err
+		},
+	}
 }

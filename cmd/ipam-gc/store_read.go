@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/pool"
@@ -114,4 +117,19 @@ func storeErr(network string, err error) string {
 		return fmt.Sprintf("%v (repair: hostlease-gc rebuild --network %s)", err, network)
 	}
 	return err.Error()
+}
+
+// storeWritable reports why the plugin (running as this user) could not
+// write the store at path, or nil: the file must be writable (bbolt writes
+// it in place) and so must its directory (the lock-held replace, the
+// set-aside and a rebuild create files there). A read-only mount, an
+// immutable file or one without write permission for this user fails here.
+func storeWritable(path string) error {
+	if err := unix.Access(path, unix.W_OK); err != nil {
+		return fmt.Errorf("store file %s is not writable: %w", path, err)
+	}
+	if dir := filepath.Dir(path); unix.Access(dir, unix.W_OK) != nil {
+		return fmt.Errorf("data dir %s is not writable: %w", dir, unix.Access(dir, unix.W_OK))
+	}
+	return nil
 }

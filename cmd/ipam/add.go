@@ -18,7 +18,7 @@ import (
 // cmdAdd reserves one address per range set, as host-local would, and records
 // who holds it. The reservation is durable before the result is printed.
 func cmdAdd(args *skel.CmdArgs) error {
-	c, err := netconf.Load(args.StdinData, args.Args)
+	c, err := loadConfig(args, "ADD")
 	if err != nil {
 		return err
 	}
@@ -50,69 +50,86 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	req.Owner.NetnsWitness = netnsWitness(args.Netns)
 	req.Requested = c.IPAM.Requested
-	var recs, vanished []*allocator.Record
-	var aerr *types.Error
-	var notes txNotes
-	imported := 0
-	var conflicts []allocator.ImportConflict
-	err = s.Update(func(tx *store.Tx) error {
-		hlDir := allocator.HostLocalDir(c.HostLocalDir, c.Network)
-		// Host-local's state on first use, and whatever host-local did
-		// since an export, before any address is chosen.
-		merged, err := allocator.SyncHostLocal(tx, hlDir, c.Network, c.RangeSets, allocator.ByPlugin, req.Now)
-		if err != nil {
-			return err
-		}
-		imported, conflicts = merged.Imported, merged.Conflicts
-		// While imported host-local records remain, those whose file
-		// host-local's own DEL removed are released (one cursor step once
-		// none remain).
-		if vanished, err = allocator.ReleaseVanishedHostLocal(tx, hlDir, allocator.ByPlugin, req.Now); err != nil {
-			return err
-		}
-		recs, aerr = allocator.Allocate(tx, req)
-		notes = notesOf(tx)
-		if aerr != nil && aerr.Code == types.ErrIOFailure {
-			return aerr // roll back: the transaction may be half-applied
-		}
-		// Otherwise keep the transaction's writes even on failure:
-		// host-local keeps its moved round-robin point, and the exhaustion
-		// count must reach the daemon.
-		return nil
-	})
-	// The reservation is durable: release the store lock, which concurrent
-	// calls wait for, before building and printing the result.
-	s.UnlockForExit()
-	log := func() *slog.Logger {
-		return logWith("verb", "ADD", "network", c.Network, "containerID", args.ContainerID)
-	}
-	if err == nil {
-		if imported > 0 {
-			log().Info("imported host-local reservations", "count", imported)
-		}
-		logConflicts(log, conflicts)
-		for _, r := range vanished {
-			log().Info("released an imported host-local reservation whose file host-local removed", "ip", r.IP, "heldBy", r.ContainerID)
-		}
-		notes.log(log)
-	}
+	out, err := reserve(s, c, req)
 	if err != nil {
 		if store.IsDamage(err) {
 			kick(c)
 		}
 		return storeError(c, err)
 	}
-	if aerr != nil {
-		if aerr.Code == allocator.ErrRangeExhausted {
+	out.log(func() *slog.Logger {
+		return logWith("verb", "ADD", "network", c.Network, "containerID", args.ContainerID)
+	})
+	if out.aerr != nil {
+		if out.aerr.Code == allocator.ErrRangeExhausted {
 			kick(c)
 		}
-		return aerr
+		return out.aerr
 	}
+	recs := out.recs
 	for _, r := range recs {
 		result.IPs = append(result.IPs, ipConfig(r))
 	}
 	result.Routes = c.IPAM.Routes
 	return printResult(result, c.CNIVersion)
+}
+
+// reserved is what an ADD's store transaction did.
+type reserved struct {
+	recs     []*allocator.Record // the attachment's records, one per range set
+	aerr     *types.Error        // why no address was reserved (the transaction's writes are kept)
+	vanished []*allocator.Record // imported host-local records released: host-local removed their file
+	imported int                 // host-local reservations imported (first use, or after an export)
+	// conflicts are host-local reservations of addresses the store holds
+	// for another attachment (kept for the store's holder).
+	conflicts []allocator.ImportConflict
+	notes     txNotes
+}
+
+// reserve runs an ADD's store transaction (the merge of host-local's state,
+// on first use or after an export, before any address is chosen; the
+// release of vanished host-local records; the allocation)
+// and then releases the store's lock: the reservation is durable, and
+// concurrent calls wait for the lock while the result is built and printed.
+func reserve(s *store.Store, c *netconf.Config, req allocator.AllocateRequest) (reserved, error) {
+	var out reserved
+	err := s.Update(func(tx *store.Tx) error {
+		hlDir := allocator.HostLocalDir(c.HostLocalDir, c.Network)
+		merged, err := allocator.SyncHostLocal(tx, hlDir, c.Network, c.RangeSets, allocator.ByPlugin, req.Now)
+		if err != nil {
+			return err
+		}
+		out.imported, out.conflicts = merged.Imported, merged.Conflicts
+		// While imported host-local records remain, those whose file
+		// host-local's own DEL removed are released (one cursor step once
+		// none remain).
+		if out.vanished, err = allocator.ReleaseVanishedHostLocal(tx, hlDir, allocator.ByPlugin, req.Now); err != nil {
+			return err
+		}
+		out.recs, out.aerr = allocator.Allocate(tx, req)
+		out.notes = notesOf(tx)
+		if out.aerr != nil && out.aerr.Code == types.ErrIOFailure {
+			return out.aerr // roll back: the transaction may be half-applied
+		}
+		// Otherwise keep the transaction's writes even on failure:
+		// host-local keeps its moved round-robin point, and the exhaustion
+		// count must reach the daemon.
+		return nil
+	})
+	s.UnlockForExit()
+	return out, err
+}
+
+// log writes what a committed ADD transaction did besides allocating.
+func (r reserved) log(log func() *slog.Logger) {
+	if r.imported > 0 {
+		log().Info("imported host-local reservations", "count", r.imported)
+	}
+	logConflicts(log, r.conflicts)
+	for _, v := range r.vanished {
+		log().Info("released an imported host-local reservation whose file host-local removed", "ip", v.IP, "heldBy", v.ContainerID)
+	}
+	r.notes.log(log)
 }
 
 // ipConfig is a record as a CNI result entry.

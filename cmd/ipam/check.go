@@ -10,14 +10,13 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
-	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 )
 
 // cmdCheck verifies that the attachment holds its reservations and that they
 // agree with prevResult: each reserved address appears in it, and every address
 // of prevResult inside our range sets is one we reserved for this attachment.
 func cmdCheck(args *skel.CmdArgs) error {
-	c, err := netconf.Load(args.StdinData, args.Args)
+	c, err := loadConfig(args, "CHECK")
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ import (
 // State refused by trustfs's contract (a symlink, another user's file or
 // directory) releases nothing and succeeds, logged (logUntrusted says why).
 func cmdDel(args *skel.CmdArgs) error {
-	c, err := netconf.Load(args.StdinData, args.Args)
+	c, err := loadConfig(args, "DEL")
 	if err != nil {
 		return err
 	}

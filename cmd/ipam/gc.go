@@ -7,7 +7,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -23,7 +22,7 @@ import (
 // IPAM, but the reference plugins (bridge v1.9.1: "FIXME GC") do not, so in a
 // conflist the marker entry is the only hostlease that libcni's GC reaches.
 func cmdGC(args *skel.CmdArgs) error {
-	c, err := netconf.Load(args.StdinData, args.Args)
+	c, err := loadConfig(args, "GC")
 	if err != nil {
 		return err
 	}

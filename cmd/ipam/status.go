@@ -12,7 +12,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -28,7 +27,7 @@ import (
 // is an alert (hostlease-gc's metrics), not a node outage: STATUS reports it
 // only with ipam "failStatusOnExhaustion": true.
 func cmdStatus(args *skel.CmdArgs) error {
-	c, err := netconf.Load(args.StdinData, args.Args)
+	c, err := loadConfig(args, "STATUS")
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/hostlease/hostlease/internal/trustfs"
@@ -125,6 +126,20 @@ func touchKick(dir string) error {
 	}
 	defer d.Close()
 	return d.Touch(".kick")
+}
+
+// loadConfig loads an invocation's config for verb and warns on stderr, one
+// line each, of the ipam keys nothing reads (a typo such as "rangeStrat" is
+// otherwise silent): the config is still used, as host-local uses it.
+func loadConfig(args *skel.CmdArgs, verb string) (*netconf.Config, error) {
+	c, err := netconf.Load(args.StdinData, args.Args)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range c.UnknownKeys {
+		logWith("verb", verb, "network", c.Network).Warn("unknown ipam key ignored, as host-local ignores it: a typo? (hostlease-gc doctor checks the config)", "key", k)
+	}
+	return c, nil
 }
 
 // logConflicts logs each host-local reservation a merge found for an

@@ -44,6 +44,8 @@ type Daemon struct {
 
 	lastSweep atomic.Int64 // unix nanos of the last finished sweep
 	ready     atomic.Bool  // a sweep has reached CRI
+	// dataDir is the last sweep's DataDirStatus (nil before the first).
+	dataDir atomic.Pointer[DataDirStatus]
 }
 
 // NewDaemon wires a daemon from options: CRI client, optional API client,
@@ -113,6 +115,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			d.Sweeper.CRI.Close()
+			d.Sweeper.Log.Info("hostlease-gc stopped", "reason", context.Cause(ctx).Error())
 			return nil
 		case <-ticker.C:
 			d.sweep(ctx, "interval")
@@ -139,6 +142,7 @@ func (d *Daemon) sweep(ctx context.Context, why string) {
 	if rep.CRI.Complete {
 		d.ready.Store(true)
 	}
+	d.noteDataDir(ctx, rep.DataDir)
 	reclaimed := 0
 	for _, nr := range rep.Networks {
 		reclaimed += len(nr.Reclaimed)
@@ -151,11 +155,29 @@ func (d *Daemon) sweep(ctx context.Context, why string) {
 		"reclaimed", reclaimed, "duration", rep.Duration)
 }
 
+// noteDataDir keeps a sweep's view of --data-dir for /readyz and logs it
+// when it changes: a warning when the directory is missing, a line when it
+// is empty, one when it holds stores again.
+func (d *Daemon) noteDataDir(ctx context.Context, st DataDirStatus) {
+	prev := d.dataDir.Swap(&st)
+	switch {
+	case prev != nil && *prev == st:
+	case st.Missing:
+		d.Sweeper.Log.WarnContext(ctx, "data dir missing", "why", st.Why)
+	case !st.OK:
+		d.Sweeper.Log.InfoContext(ctx, "data dir empty", "why", st.Why)
+	case prev != nil:
+		d.Sweeper.Log.InfoContext(ctx, "data dir holds stores", "dataDir", d.Sweeper.Opts.DataDir)
+	}
+}
+
 // Handler serves /metrics (scrapeHandler: one rendering shared by the
 // scrapes of a second, at most metricsPerClient in flight per client
 // address, 503 beyond); /healthz and /readyz share nothing with it (no
-// slot, no lock: a probe never waits behind a scrape). /healthz fails when no sweep finished for three intervals (a wedged loop);
-// /readyz succeeds once a sweep reached CRI.
+// slot, no lock: a probe never waits behind a scrape). /healthz fails when
+// no sweep finished for three intervals (a wedged loop); /readyz succeeds
+// once a sweep reached CRI, unless the last sweep found no --data-dir (its
+// body says why; an empty data dir is ready, and says so).
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	sh := newScrapeHandler(d.Registry)
@@ -170,11 +192,17 @@ func (d *Daemon) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready.Load() {
+		dd := d.dataDir.Load()
+		switch {
+		case !d.ready.Load():
 			http.Error(w, "no sweep has reached CRI yet", http.StatusServiceUnavailable)
-			return
+		case dd != nil && dd.Missing:
+			http.Error(w, dd.Why, http.StatusServiceUnavailable)
+		case dd != nil && !dd.OK:
+			_, _ = w.Write([]byte("ok: " + dd.Why + "\n"))
+		default:
+			_, _ = w.Write([]byte("ok\n"))
 		}
-		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
 }

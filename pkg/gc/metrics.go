@@ -58,6 +58,8 @@ type Metrics struct {
 	criUp  bool
 	// netnsOK is the last sweep's NetnsProofStatus.Verified.
 	netnsOK bool
+	// dataDirOK is the last sweep's DataDirStatus.OK.
+	dataDirOK bool
 	// nets holds each network the last report listed: an entry is created
 	// when a report first lists the network and deleted when one no longer
 	// does (its store is gone), so no series of a removed network remain.
@@ -86,6 +88,7 @@ var (
 	descNetnsOK   = desc("netns_dir_verified", "1 if the last sweep verified that --netns-dir is the directory the plugin records netns in (a record's netns directory identity, device, inode and file handle, is --netns-dir's), so a netns missing there proves its sandbox dead; 0 if not: no missing netns proves anything (see the daemon's log and hostlease-gc leaks for why).")
 	descNetnsUnv  = desc("netns_unverified_records", "Records of a network that name a netns whose disappearance proves nothing from --netns-dir (no netns directory identity recorded, one by device and inode only, another directory's, or a netns outside --netns-dir): if they leak, they wait for the rules without proof.", labelNetwork)
 	descPluginRel = desc("plugin_releases_total", "Addresses the plugin released at ADD from sandboxes whose netns the runtime had torn down (proven in the plugin's view), by audit reason (pod_sandbox_replaced: another sandbox of the same pod; netns_gone_at_exhaustion: a full range set), as read from the store's audit log.", labelNetwork, "reason")
+	descDataDirOK = desc("data_dir_ok", "1 if the last sweep found --data-dir, and at least one store (<network>.db) in it; 0 if not: a missing data dir (a mistyped --data-dir, or not the ipam dataDir) sweeps nothing (the daemon's log and /readyz say why); an empty one is normal before the plugin's first ADD.")
 	descIdxRepair = desc("index_repairs_total", "Sweeps that found a store's derived indexes (taken bitmap, owner index, pod UID index, records count) disagreeing with its records and rebuilt them from the records.", labelNetwork)
 )
 
@@ -100,7 +103,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var allDescs = []*prometheus.Desc{descBuildInfo, descPoolSize, descPoolFree, descAllocs, descLeaks, descReclaims, descVetoes,
 	descGuard, descFailures, descLastExh, descSweeps, descLastOK, descCRIUp, descRebuilt, descStoreErrs, descDamaged,
-	descReReserve, descConflicts, descIdxRepair, descNetnsOK, descNetnsUnv, descPluginRel}
+	descReReserve, descConflicts, descIdxRepair, descNetnsOK, descNetnsUnv, descPluginRel, descDataDirOK}
 
 // NewMetrics creates the collector and registers it on reg (a nil reg
 // registers nothing). It panics if the metrics are already registered on reg,
@@ -150,6 +153,7 @@ func (m *Metrics) Observe(rep *SweepReport, finished time.Time) {
 	}
 	m.criUp = rep.CRIReached
 	m.netnsOK = rep.Netns.Verified
+	m.dataDirOK = rep.DataDir.OK
 	for network, o := range seen {
 		ns := m.nets[network]
 		if ns == nil {
@@ -198,6 +202,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLastOK, lastOK)
 	gauge(descCRIUp, boolFloat(m.criUp))
 	gauge(descNetnsOK, boolFloat(m.netnsOK))
+	gauge(descDataDirOK, boolFloat(m.dataDirOK))
 	for network, ns := range m.nets {
 		c := &ns.counters
 		for r, n := range c.reclaims {

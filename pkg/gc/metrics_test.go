@@ -47,6 +47,7 @@ var contractMetrics = map[string]struct {
 	"hostlease_index_repairs_total":                     {"counter", []string{"network"}},
 	"hostlease_plugin_releases_total":                   {"counter", []string{"network", "reason"}},
 	"hostlease_netns_dir_verified":                      {"gauge", nil},
+	"hostlease_data_dir_ok":                             {"gauge", nil},
 	"hostlease_netns_unverified_records":                {"gauge", []string{"network"}},
 }
 

@@ -36,6 +36,7 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 		rep.storesErr = err
 		rep.Result = SweepStoreError
 	}
+	rep.DataDir = dataDirStatus(s.Opts.DataDir, len(files), err)
 	s.syncStores(files)
 	verify := s.sweeps%verifyEvery == 0
 	s.sweeps++

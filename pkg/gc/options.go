@@ -28,7 +28,10 @@ type Options struct {
 	Kubeconfig string
 	NoAPI      bool
 	LogFormat  string
-	NetnsDir   string
+	// LogLevel is the least severe level logged: debug, info (also when
+	// empty), warn, error.
+	LogLevel string
+	NetnsDir string
 	// ProcDir is where the kernel's /proc is visible; the node's boot time
 	// is read from its stat file (btime).
 	ProcDir string
@@ -87,6 +90,7 @@ func RegisterRunFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig path; empty means in-cluster config")
 	fs.BoolVar(&o.NoAPI, "no-api", false, "run without a Kubernetes API server (no vetoes, no Events)")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "least severe level logged: debug, info, warn or error")
 	fs.StringVar(&o.NetnsDir, "netns-dir", DefaultNetnsDir, "where the runtime keeps named network namespaces; watched, so a sweep runs when one disappears")
 	fs.StringVar(&o.ProcDir, "proc-dir", DefaultProcDir, "where the kernel's /proc is mounted (the node's boot time is read from its stat file)")
 	return o
@@ -126,6 +130,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-reclaim-fraction must be a number in (0, 1], got %g", f)
 	case o.LogFormat != "text" && o.LogFormat != "json":
 		return fmt.Errorf("--log-format must be text or json, got %q", o.LogFormat)
+	case o.LogLevel != "" && !validLogLevel(o.LogLevel):
+		return fmt.Errorf("--log-level must be debug, info, warn or error, got %q", o.LogLevel)
 	case o.CRIEndpoint == "":
 		return fmt.Errorf("--cri-endpoint must not be empty")
 	case o.DataDir == "":

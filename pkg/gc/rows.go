@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
+	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
@@ -17,27 +19,27 @@ import (
 // only with a name not used before; cmd/ipam-gc's tests pin every name.
 //
 //	status -o json   []PoolRow
-//	list -o json     []allocator.Record, with a DamagedRow (state "damaged")
+//	list -o json     []ListRow, with a DamagedRow (state "damaged")
 //	                 for each record that does not decode
 //	leaks -o json    []LeakRow
 //	audit -o json    []AuditRow
 
 // PoolRow is one range set of one network, as `status` shows it. Size and
-// Free are exact integers (a /64 holds 2^64 addresses; JSON numbers carry
-// them exactly, whatever a reader then does with them).
+// Free are exact decimal integers in strings: a /64 holds 2^64 addresses,
+// more than common JSON tools (jq, JavaScript) read exactly as numbers.
 //
 // A store that cannot be read is one row with RangeSet -1 and Error. A store
 // whose range sets are not known yet is one row with RangeSet -1, Used,
 // Damaged and Note. A damaged record is a row of its own with IP and Damage
 // (its decode error) besides the range set rows, which count it in Damaged.
 type PoolRow struct {
-	Network  string      `json:"network"`
-	RangeSet int         `json:"rangeSet"`
-	Ranges   string      `json:"ranges"`
-	Size     json.Number `json:"size,omitempty"`
-	Used     int         `json:"used"`
-	Free     json.Number `json:"free,omitempty"`
-	Pending  int         `json:"pending"`
+	Network  string `json:"network"`
+	RangeSet int    `json:"rangeSet"`
+	Ranges   string `json:"ranges"`
+	Size     string `json:"size,omitempty"`
+	Used     int    `json:"used"`
+	Free     string `json:"free,omitempty"`
+	Pending  int    `json:"pending"`
 	// LeakCandidates counts the range set's records that are leak
 	// candidates by their stored observation (IsLeakCandidate).
 	LeakCandidates int    `json:"leakCandidates"`
@@ -47,6 +49,40 @@ type PoolRow struct {
 	Damage         string `json:"damage,omitempty"`
 	Note           string `json:"note,omitempty"`
 	Error          string `json:"error,omitempty"`
+	// ReadOnly is why the store cannot be written (the plugin's ADD and DEL
+	// would fail), on every row of that store; empty when it can be.
+	ReadOnly string `json:"readOnly,omitempty"`
+}
+
+// ListRow is one record as `list -o json` prints it: the stored record's
+// fields under their stored names, without the store's internal format
+// version. DecodeList reads it back as an allocator.Record.
+type ListRow struct {
+	IP           netip.Addr             `json:"ip"`
+	PrefixLen    int                    `json:"prefixLen"`
+	Gateway      netip.Addr             `json:"gateway,omitzero"`
+	RangeSet     int                    `json:"rangeSet"`
+	ContainerID  string                 `json:"containerID"`
+	IfName       string                 `json:"ifName"`
+	Network      string                 `json:"network"`
+	PodNamespace string                 `json:"podNamespace,omitempty"`
+	PodName      string                 `json:"podName,omitempty"`
+	PodUID       string                 `json:"podUID,omitempty"`
+	Netns        string                 `json:"netns,omitempty"`
+	NetnsWitness allocator.NetnsWitness `json:"netnsWitness,omitzero"`
+	State        allocator.State        `json:"state"`
+	Source       string                 `json:"source,omitempty"`
+	Created      time.Time              `json:"created"`
+	Committed    time.Time              `json:"committed,omitzero"`
+	Obs          allocator.Observation  `json:"obs,omitzero"`
+}
+
+// NewListRow is r as `list -o json` prints it.
+func NewListRow(r *allocator.Record) ListRow {
+	return ListRow{IP: r.IP, PrefixLen: r.PrefixLen, Gateway: r.Gateway, RangeSet: r.RangeSet, ContainerID: r.ContainerID,
+		IfName: r.IfName, Network: r.Network, PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: r.PodUID,
+		Netns: r.Netns, NetnsWitness: r.NetnsWitness, State: r.State, Source: r.Source, Created: r.Created,
+		Committed: r.Committed, Obs: r.Obs}
 }
 
 // DamagedRow is a damaged record in `list -o json`, beside the records: State
@@ -73,10 +109,11 @@ type LeakRow struct {
 	Pod     string `json:"pod,omitempty"`
 	Sandbox string `json:"sandbox"`
 	State   string `json:"state"`
-	Age     string `json:"age"`
-	Verdict string `json:"verdict"` // reclaim, or why not
-	Reason  string `json:"reason"`
-	Detail  string `json:"detail"`
+	// AgeSeconds is the allocation's age in whole seconds.
+	AgeSeconds int64  `json:"ageSeconds"`
+	Verdict    string `json:"verdict"` // reclaim, or why not
+	Reason     string `json:"reason"`
+	Detail     string `json:"detail"`
 }
 
 // AuditRow is one audit log entry of one network, as `audit` shows it.

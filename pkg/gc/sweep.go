@@ -96,7 +96,9 @@ type SweepReport struct {
 	CRIReached bool
 	API        APIView
 	// Netns is the node-wide verdict on the netns proof (NetnsProof).
-	Netns    NetnsProofStatus
+	Netns NetnsProofStatus
+	// DataDir is what the sweep found at --data-dir.
+	DataDir  DataDirStatus
 	Networks []*NetworkReport
 	Duration time.Duration
 

@@ -75,3 +75,39 @@ func TestHardeningStatus(t *testing.T) {
 		t.Errorf("STATUS with a data dir that cannot be created: %v; want 50 naming %s", o, fresh)
 	}
 }
+
+// A key of the ipam section nothing reads (a typo) is accepted, as
+// host-local accepts it, with one warning line per key on stderr, on every
+// verb; the fast reader and the general decoder (a config with an escaped
+// string) warn alike. A rangeStart after its rangeEnd is refused with code 7
+// naming both fields, not as "not in network".
+func TestHardeningUnknownIPAMKeysWarned(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	for _, name := range []string{`hlh-typo`, `hlh-typ\u006f`} {
+		conf := []byte(`{"cniVersion":"1.1.0","name":"` + name + `","type":"bridge","ipam":{"type":"hostlease","dataDir":"` + dir +
+			`","rangeStrat":"10.86.0.9","ranges":[[{"subnet":"10.86.0.0/24","gatway":"10.86.0.1"}]]}}`)
+		for _, cmd := range []string{"ADD", "CHECK", "DEL"} {
+			o := runPlugin(ctx, call{Command: cmd, ContainerID: "a", IfName: "eth0", Netns: "/x"}, conf)
+			if !o.OK() {
+				t.Fatalf("%s %s with unknown ipam keys: %v; want it accepted", name, cmd, o)
+			}
+			lines := strings.Split(strings.TrimSpace(string(o.Stderr)), "\n")
+			if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "key=ipam.rangeStrat") ||
+				!strings.Contains(lines[1], "key=ipam.ranges[0][0].gatway") {
+				t.Errorf("%s %s: stderr %q; want one warning per unknown key", name, cmd, o.Stderr)
+			}
+		}
+	}
+	clean := ipamConf(t, "hlh-clean", dir, "10.85.0.0/24")
+	if o := runPlugin(ctx, call{Command: "ADD", ContainerID: "a", IfName: "eth0", Netns: "/x"}, clean); !o.OK() || len(o.Stderr) != 0 {
+		t.Errorf("ADD of a config without unknown keys: %v, stderr %q; want nothing on stderr", o, o.Stderr)
+	}
+	unordered := []byte(`{"cniVersion":"1.1.0","name":"hlh-order","type":"bridge","ipam":{"type":"hostlease","dataDir":"` + dir +
+		`","ranges":[[{"subnet":"10.84.0.0/24","rangeStart":"10.84.0.50","rangeEnd":"10.84.0.20"}]]}}`)
+	o := runPlugin(ctx, call{Command: "ADD", ContainerID: "a", IfName: "eth0", Netns: "/x"}, unordered)
+	if o.Err == nil || o.Err.Code != 7 || !strings.Contains(o.Err.Msg, "rangeStart 10.84.0.50 is after rangeEnd 10.84.0.20") {
+		t.Errorf("ADD with rangeStart after rangeEnd: %v; want code 7 naming both fields", o)
+	}
+}

@@ -3,6 +3,7 @@ package netconf
 import (
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -53,7 +54,7 @@ func decodeFast(stdin []byte) (*confJSON, bool) {
 			r.object(runtimeFields, func(key string) {
 				switch key {
 				case "ipRanges":
-					p.RuntimeConfig.IPRanges = r.rangeSets()
+					p.RuntimeConfig.IPRanges = r.rangeSets("")
 				case "ips":
 					p.RuntimeConfig.IPs = r.addrs()
 				default:
@@ -83,6 +84,10 @@ func decodeFast(stdin []byte) (*confJSON, bool) {
 	// json.Unmarshal refuses anything but white space after the value.
 	if !r.end() {
 		return nil, false
+	}
+	if len(r.unknown) > 0 {
+		slices.Sort(r.unknown)
+		p.unknown = r.unknown
 	}
 	return p, true
 }
@@ -148,7 +153,7 @@ func (r *reader) ipnet() types.IPNet {
 func (r *reader) ipam() *ipamJSON {
 	c := &ipamJSON{}
 	var legacy rangeJSON // the legacy range's fields sit in the ipam object
-	r.object(ipamFields, func(key string) {
+	r.objectAt(func() string { return "ipam" }, ipamFields, func(key string) {
 		switch key {
 		case "subnet", "rangeStart", "rangeEnd", "gateway":
 			r.rangeField(key, &legacy)
@@ -163,7 +168,7 @@ func (r *reader) ipam() *ipamJSON {
 		case "resolvConf":
 			c.ResolvConf = r.str()
 		case "ranges":
-			c.Ranges = r.rangeSets()
+			c.Ranges = r.rangeSets("ipam.ranges")
 		case "lockTimeout":
 			c.LockTimeout = r.str()
 		case "failStatusOnExhaustion":
@@ -198,13 +203,20 @@ func (r *reader) routes() []*routeJSON {
 	return out
 }
 
-func (r *reader) rangeSets() []rangeSetJSON {
+// rangeSets reads range sets; the unknown keys of their ranges are noted
+// under path (ipam.ranges[i][j]) unless path is "".
+func (r *reader) rangeSets(path string) []rangeSetJSON {
 	out := []rangeSetJSON{}
 	r.array(func() {
 		set := rangeSetJSON{}
 		r.array(func() {
 			var rg rangeJSON
-			r.object(rangeFields, func(key string) { r.rangeField(key, &rg) })
+			var at func() string
+			if path != "" {
+				i, j := len(out), len(set)
+				at = func() string { return rangePath(path, i, j) }
+			}
+			r.objectAt(at, rangeFields, func(key string) { r.rangeField(key, &rg) })
 			set = append(set, rg)
 		})
 		out = append(out, set)

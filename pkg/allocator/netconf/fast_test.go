@@ -80,8 +80,7 @@ func TestDecodeFastMatchesUnmarshal(t *testing.T) {
 	taken := 0
 	for i, conf := range confs {
 		fast, ok := decodeFast([]byte(conf))
-		var want confJSON
-		err := json.Unmarshal([]byte(conf), &want)
+		want, err := decodeUnmarshal([]byte(conf))
 		if !ok {
 			continue
 		}
@@ -90,8 +89,8 @@ func TestDecodeFastMatchesUnmarshal(t *testing.T) {
 			t.Errorf("config %d %s: fast path decoded what json.Unmarshal refuses (%v)", i, conf, err)
 			continue
 		}
-		if !reflect.DeepEqual(*fast, want) {
-			t.Errorf("config %d %s:\nfast path %s\nUnmarshal %s", i, conf, dump(fast), dump(&want))
+		if !reflect.DeepEqual(*fast, *want) {
+			t.Errorf("config %d %s:\nfast path %s\nUnmarshal %s", i, conf, dump(fast), dump(want))
 		}
 	}
 	t.Logf("fast path took %d of %d configs", taken, len(confs))
@@ -182,12 +181,12 @@ func FuzzDecodeFast(f *testing.F) {
 		if !ok {
 			return
 		}
-		var want confJSON
-		if err := json.Unmarshal(conf, &want); err != nil {
+		want, err := decodeUnmarshal(conf)
+		if err != nil {
 			t.Fatalf("fast path decoded what json.Unmarshal refuses (%v): %q", err, conf)
 		}
-		if !reflect.DeepEqual(*fast, want) {
-			t.Fatalf("%q:\nfast path %s\nUnmarshal %s", conf, dump(fast), dump(&want))
+		if !reflect.DeepEqual(*fast, *want) {
+			t.Fatalf("%q:\nfast path %s\nUnmarshal %s", conf, dump(fast), dump(want))
 		}
 	})
 }

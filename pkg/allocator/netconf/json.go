@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -38,6 +40,12 @@ type (
 		// ipamNull is set when the config's "ipam" key holds null, which
 		// json.Unmarshal decodes as it decodes a missing key (IPAM nil).
 		ipamNull bool
+		// unknown lists, sorted, the keys of the ipam object and of its
+		// ranges' objects that no field decodes (not even ignoring case,
+		// as json.Unmarshal matches): "ipam.rangeStrat",
+		// "ipam.ranges[0][1].gatway". Accepted and ignored, as host-local
+		// ignores them; nil when there are none.
+		unknown []string
 	}
 	argsJSON struct {
 		CNI *cniArgsJSON `json:"cni"`
@@ -173,12 +181,76 @@ func decode(stdin []byte) (*confJSON, error) {
 			return p, nil
 		}
 	}
+	return decodeUnmarshal(stdin)
+}
+
+// decodeUnmarshal is decode by json.Unmarshal, with what it leaves out: a
+// null ipam, the unknown ipam keys.
+func decodeUnmarshal(stdin []byte) (*confJSON, error) {
 	p := &confJSON{}
 	if err := json.Unmarshal(stdin, p); err != nil {
 		return p, err
 	}
 	p.ipamNull = p.IPAM == nil && hasTopLevelKey(stdin, "ipam")
+	if p.IPAM != nil {
+		p.unknown = unknownIPAMKeys(stdin)
+	}
 	return p, nil
+}
+
+// unknownIPAMKeys is confJSON.unknown for a config json.Unmarshal decoded:
+// the keys of the ipam object and of its ranges' objects that match no
+// field's name, ignoring case (the fields json.Unmarshal fills).
+func unknownIPAMKeys(stdin []byte) []string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(stdin, &top) != nil {
+		return nil
+	}
+	var ipam map[string]json.RawMessage
+	if json.Unmarshal(lookupFold(top, "ipam"), &ipam) != nil {
+		return nil
+	}
+	unknown := unknownKeys(nil, "ipam", ipam, ipamFields)
+	var sets [][]map[string]json.RawMessage
+	if raw := lookupFold(ipam, "ranges"); raw != nil && json.Unmarshal(raw, &sets) == nil {
+		for i, set := range sets {
+			for j, rg := range set {
+				unknown = unknownKeys(unknown, rangePath("ipam.ranges", i, j), rg, rangeFields)
+			}
+		}
+	}
+	slices.Sort(unknown)
+	return unknown
+}
+
+// rangePath is the JSON path of range j of range set i under path.
+func rangePath(path string, i, j int) string {
+	return path + "[" + strconv.Itoa(i) + "][" + strconv.Itoa(j) + "]"
+}
+
+// unknownKeys appends to dst path.key for each key of obj matching none of
+// fields, ignoring case.
+func unknownKeys(dst []string, path string, obj map[string]json.RawMessage, fields []string) []string {
+	for k := range obj {
+		if !slices.ContainsFunc(fields, func(f string) bool { return strings.EqualFold(f, k) }) {
+			dst = append(dst, path+"."+k)
+		}
+	}
+	return dst
+}
+
+// lookupFold is obj's value under key as json.Unmarshal finds a field's:
+// the exact key, else one equal ignoring case; nil when neither is there.
+func lookupFold(obj map[string]json.RawMessage, key string) json.RawMessage {
+	if v, ok := obj[key]; ok {
+		return v
+	}
+	for k, v := range obj {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return nil
 }
 
 // explainDecodeError turns json.Unmarshal's error into a coded one: undecodable

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,6 +222,8 @@ var rejectCases = func() []rejectCase {
 		{"null runtimeConfig.ips entry", `{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.0.0.0/24"},"runtimeConfig":{"ips":["10.0.0.4",null]}}`, "", types.ErrInvalidNetworkConfig, []string{"runtimeConfig.ips[1]:"}},
 
 		{"rangeStart outside subnet", ranges(`[[{"subnet":"10.0.0.0/24","rangeStart":"10.0.1.1"}]]`), "", types.ErrInvalidNetworkConfig, []string{"ipam.ranges:", "RangeStart 10.0.1.1 not in network 10.0.0.0/24"}},
+		{"rangeStart after rangeEnd", ranges(`[[{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.50","rangeEnd":"10.0.0.20"}]]`), "", types.ErrInvalidNetworkConfig, []string{"ipam.ranges: invalid range set 0: rangeStart 10.0.0.50 is after rangeEnd 10.0.0.20"}},
+		{"legacy rangeStart after rangeEnd", ipam(`"subnet":"10.0.0.0/24","rangeStart":"10.0.0.50","rangeEnd":"10.0.0.20"`), "", types.ErrInvalidNetworkConfig, []string{"rangeStart 10.0.0.50 is after rangeEnd 10.0.0.20"}},
 		{"rangeEnd outside subnet", ranges(`[[{"subnet":"10.0.0.0/24","rangeEnd":"10.0.1.0"}]]`), "", types.ErrInvalidNetworkConfig, []string{"ipam.ranges:", "RangeEnd 10.0.1.0 not in network"}},
 		{"overlapping range sets", ranges(`[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.0.0.0/25"}]]`), "", types.ErrInvalidNetworkConfig, []string{"ipam.ranges:", "range set 0 overlaps with 1"}},
 		{"overlapping ranges in a set", ranges(`[[{"subnet":"10.0.0.0/24"},{"subnet":"10.0.0.128/25"}]]`), "", types.ErrInvalidNetworkConfig, []string{"ipam.ranges:", "invalid range set 0", "overlap"}},
@@ -299,5 +302,33 @@ func eq[T any](t *testing.T, what string, got, want T) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("%s = %+v, want %+v", what, got, want)
+	}
+}
+
+// Keys of the ipam section (and of its ranges) that nothing reads are
+// accepted, as host-local accepts them, and listed for the plugin to warn
+// about: whichever decoder took the config (the fast reader, or
+// json.Unmarshal for a config it leaves, here one with an escaped string).
+func TestLoadListsUnknownIPAMKeys(t *testing.T) {
+	typos := `"type":"hostlease","rangeStrat":"10.0.0.5","ranges":[[{"subnet":"10.0.0.0/24","gatway":"10.0.0.1"}],[{"subnet":"10.1.0.0/24"},{"subnet":"10.2.0.0/24","rangeEnd":"10.2.0.9","Foo":1}]]`
+	want := []string{"ipam.rangeStrat", "ipam.ranges[0][0].gatway", "ipam.ranges[1][1].Foo"}
+	for _, tc := range []struct {
+		name, conf string
+		want       []string
+	}{
+		{"fast reader", `{"cniVersion":"1.0.0","name":"n1","type":"bridge","ipam":{` + typos + `}}`, want},
+		{"json.Unmarshal", `{"cniVersion":"1.0.0","name":"n\u0031","type":"bridge","ipam":{` + typos + `}}`, want},
+		{"case-folded field names are fields", `{"cniVersion":"1.0.0","name":"n1","type":"bridge","ipam":{"type":"hostlease","ranges":[[{"Subnet":"10.0.0.0/24"}]],"DataDir":"/tmp/x"}}`, nil},
+		{"runtime ranges are not the ipam section", `{"cniVersion":"1.0.0","name":"n1","type":"bridge","runtimeConfig":{"ipRanges":[[{"subnet":"10.9.0.0/24","x":1}]]},"ipam":{"type":"hostlease","ranges":[[{"subnet":"10.0.0.0/24"}]]}}`, nil},
+		{"clean", `{"cniVersion":"1.0.0","name":"n1","type":"bridge","ipam":{"type":"hostlease","ranges":[[{"subnet":"10.0.0.0/24"}]]}}`, nil},
+	} {
+		c, err := Load([]byte(tc.conf), "")
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if !slices.Equal(c.UnknownKeys, tc.want) {
+			t.Errorf("%s: UnknownKeys %q, want %q", tc.name, c.UnknownKeys, tc.want)
+		}
 	}
 }

@@ -15,9 +15,11 @@
 package netconf
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -55,6 +57,10 @@ type Config struct {
 	// full. Off by default: a STATUS error makes the node NotReady, and its
 	// pods are evicted (see cmd/ipam/status.go).
 	FailStatusOnExhaustion bool
+	// UnknownKeys lists, sorted, the keys of the ipam section (and of its
+	// ranges) that no field reads: typos such as "rangeStrat" or "gatway".
+	// The config is accepted, as host-local accepts it; the plugin warns.
+	UnknownKeys []string
 	// ValidAttachments is the GC verb's list of attachments to keep
 	// ("cni.dev/valid-attachments", or "cni.dev/attachments"); nil when the
 	// config has neither.
@@ -129,7 +135,7 @@ func Load(stdin []byte, cniArgs string) (*Config, error) {
 	if err != nil {
 		return nil, cniArgsFirst(cniArgs, explainIPAMError(err))
 	}
-	c.IPAM, c.RangeSets = ipam, sets
+	c.IPAM, c.RangeSets, c.UnknownKeys = ipam, sets, p.unknown
 	return c, nil
 }
 
@@ -150,6 +156,10 @@ func cniArgsFirst(cniArgs string, err error) error {
 // code 7 error naming the field, where ipamFrom knows it.
 func explainIPAMError(err error) error {
 	msg := err.Error()
+	var oe *rangeOrderError
+	if errors.As(err, &oe) {
+		msg = strings.Replace(msg, oe.Error(), oe.explain(), 1)
+	}
 	if fe, ok := err.(*fieldError); ok {
 		msg = fe.field + ": " + msg
 	}

@@ -24,6 +24,26 @@ type fieldError struct {
 
 func (e *fieldError) Error() string { return e.err.Error() }
 
+func (e *fieldError) Unwrap() error { return e.err }
+
+// rangeOrderError is a range whose rangeStart lies after its rangeEnd, both
+// in its subnet. Its text is host-local's, which calls the pair's first
+// address "not in network" (ipamFrom's texts are host-local's); Load says
+// what is wrong instead (explain).
+type rangeOrderError struct {
+	start, end netip.Addr
+	subnet     netip.Prefix
+}
+
+func (e *rangeOrderError) Error() string {
+	return fmt.Sprintf("RangeStart %s not in network %s", e.start, e.subnet)
+}
+
+// explain is the error as Load reports it, naming both fields.
+func (e *rangeOrderError) explain() string {
+	return fmt.Sprintf("rangeStart %s is after rangeEnd %s (subnet %s): swap them", e.start, e.end, e.subnet)
+}
+
 // ipamFrom validates a decoded config's ipam section, runtimeConfig and args,
 // with CNI_ARGS, as host-local's loader does. It returns the requested
 // addresses, routes and resolvConf, and the canonical range sets in
@@ -113,7 +133,7 @@ func ipamFrom(n *confJSON, cniArgs string) (*IPAM, []allocator.StoredRangeSet, e
 	for i, set := range sets {
 		s, err := canonicalSet(set)
 		if err != nil {
-			return nil, nil, &fieldError{"ipam.ranges", fmt.Errorf("invalid range set %d: %s", i, err)}
+			return nil, nil, &fieldError{"ipam.ranges", fmt.Errorf("invalid range set %d: %w", i, err)}
 		}
 		stored[i] = s
 		if s.Ranges[0].Start.Is4() {
@@ -198,8 +218,11 @@ func canonicalRange(r *rangeJSON) (allocator.StoredRange, error) {
 	givenEnd := fromIP(r.RangeEnd.get())
 	if ip := r.RangeStart.get(); ip != nil {
 		start := fromIP(ip)
-		if !subnet.Contains(start) || givenEnd.Is4() == start.Is4() && givenEnd.IsValid() && start.Compare(givenEnd) > 0 {
+		if !subnet.Contains(start) {
 			return allocator.StoredRange{}, fmt.Errorf("RangeStart %s not in network %s", start, subnet)
+		}
+		if givenEnd.Is4() == start.Is4() && givenEnd.IsValid() && start.Compare(givenEnd) > 0 {
+			return allocator.StoredRange{}, &rangeOrderError{start: start, end: givenEnd, subnet: subnet}
 		}
 		out.Start = start
 	}

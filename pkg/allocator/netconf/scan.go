@@ -18,6 +18,8 @@ type reader struct {
 	depth int
 	// seen holds the keys read so far of each object being read, outermost first.
 	seen []string
+	// unknown collects the keys objectAt skipped, as JSON paths.
+	unknown []string
 }
 
 // maxDepth bounds the nesting the reader takes (encoding/json's bound is
@@ -88,6 +90,13 @@ func (r *reader) more(first bool, closing byte) bool {
 // name but for case, a key seen twice (json.Unmarshal would match or merge
 // them), or a key that is not plain ASCII ends the fast path.
 func (r *reader) object(fields []string, value func(key string)) {
+	r.objectAt(nil, fields, value)
+}
+
+// objectAt is object for an object whose keys the user writes (the ipam
+// section): each key it skips is added to r.unknown as path()+"."+key.
+// A nil path records nothing.
+func (r *reader) objectAt(path func() string, fields []string, value func(key string)) {
 	r.open('{')
 	base := len(r.seen) // this object's keys are r.seen[base:]
 	defer func() { r.seen = r.seen[:base] }()
@@ -105,6 +114,9 @@ func (r *reader) object(fields []string, value func(key string)) {
 		case slices.ContainsFunc(fields, func(f string) bool { return strings.EqualFold(f, key) }):
 			r.ok = false
 		default:
+			if path != nil {
+				r.unknown = append(r.unknown, path()+"."+key)
+			}
 			r.skip()
 		}
 	}
