@@ -196,7 +196,7 @@ func (d *Daemon) Handler() http.Handler {
 		switch {
 		case !d.ready.Load():
 			http.Error(w, "no sweep has reached CRI yet", http.StatusServiceUnavailable)
-		case dd != nil && dd.Missing:
+		case dd != nil && dd.Unusable:
 			http.Error(w, dd.Why, http.StatusServiceUnavailable)
 		case dd != nil && !dd.OK:
 			_, _ = w.Write([]byte("ok: " + dd.Why + "\n"))

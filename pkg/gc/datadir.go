@@ -15,9 +15,14 @@ type DataDirStatus struct {
 	// OK: the directory exists and holds at least one store.
 	OK bool
 	// Missing: the directory does not exist, is not one, or cannot be
-	// listed; /readyz fails. Without Missing, a not-OK directory is empty:
-	// normal on a node before the plugin's first ADD.
+	// listed (logged as a warning). Without Missing, a not-OK directory is
+	// empty: normal on a node before the plugin's first ADD.
 	Missing bool
+	// Unusable: Missing for a reason a first ADD cannot mend (not a
+	// directory, unreadable, unlistable); /readyz fails. A directory that
+	// does not exist yet is what a node shows before the plugin's first ADD
+	// creates it (or a mistyped path): ready, and /readyz says which.
+	Unusable bool
 	// Why says, when not OK, what was found and what it means.
 	Why string
 }
@@ -28,13 +33,13 @@ func dataDirStatus(dir string, stores int, listErr error) DataDirStatus {
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return DataDirStatus{Missing: true, Why: fmt.Sprintf("--data-dir %s does not exist: no store is swept (a mistyped path, or not the ipam dataDir?)", dir)}
+		return DataDirStatus{Missing: true, Why: fmt.Sprintf("--data-dir %s does not exist: no store is swept until the plugin creates it at its first ADD (if pods already use hostlease on this node: a mistyped path, or not the ipam dataDir?)", dir)}
 	case err != nil:
-		return DataDirStatus{Missing: true, Why: fmt.Sprintf("--data-dir %s cannot be read: %v", dir, err)}
+		return DataDirStatus{Missing: true, Unusable: true, Why: fmt.Sprintf("--data-dir %s cannot be read: %v", dir, err)}
 	case !fi.IsDir():
-		return DataDirStatus{Missing: true, Why: fmt.Sprintf("--data-dir %s is not a directory: no store is swept", dir)}
+		return DataDirStatus{Missing: true, Unusable: true, Why: fmt.Sprintf("--data-dir %s is not a directory: no store is swept", dir)}
 	case listErr != nil:
-		return DataDirStatus{Missing: true, Why: fmt.Sprintf("--data-dir %s cannot be listed: %v", dir, listErr)}
+		return DataDirStatus{Missing: true, Unusable: true, Why: fmt.Sprintf("--data-dir %s cannot be listed: %v", dir, listErr)}
 	case stores == 0:
 		return DataDirStatus{Why: fmt.Sprintf("--data-dir %s holds no store yet: nothing to sweep until the plugin's first ADD with this dataDir (if pods already use hostlease on this node, their ipam dataDir differs)", dir)}
 	}

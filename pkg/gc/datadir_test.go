@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,14 +22,25 @@ func TestDaemonReportsMissingDataDir(t *testing.T) {
 	d.sweep(context.Background(), "test")
 	d.sweep(context.Background(), "test")
 	code, body := get(t, h, "/readyz")
-	if code != 503 || !strings.Contains(body, "--data-dir "+typo+" does not exist") {
-		t.Errorf("/readyz with a missing data dir: %d %q, want 503 saying why", code, body)
+	if code != 200 || !strings.Contains(body, "--data-dir "+typo+" does not exist") {
+		t.Errorf("/readyz with a missing data dir: %d %q, want 200 saying why (a node before its first ADD)", code, body)
 	}
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.Sweeper.Opts.DataDir = notDir
+	d.sweep(context.Background(), "test")
+	if code, body := get(t, h, "/readyz"); code != 503 || !strings.Contains(body, "is not a directory") {
+		t.Errorf("/readyz with a data dir that is a file: %d %q, want 503 saying why", code, body)
+	}
+	d.Sweeper.Opts.DataDir = typo
+	d.sweep(context.Background(), "test")
 	if _, m := get(t, h, "/metrics"); !strings.Contains(m, "\nhostlease_data_dir_ok 0\n") {
 		t.Errorf("/metrics with a missing data dir lacks hostlease_data_dir_ok 0")
 	}
-	if n := strings.Count(logs.String(), "level=WARN msg=\"data dir missing\""); n != 1 {
-		t.Errorf("want one warning for two sweeps of a missing data dir, got %d:\n%s", n, logs)
+	if n := strings.Count(logs.String(), "level=WARN msg=\"data dir missing\""); n != 3 {
+		t.Errorf("want one warning per change (missing, a file, missing again) over four sweeps, got %d:\n%s", n, logs)
 	}
 
 	empty := t.TempDir()
