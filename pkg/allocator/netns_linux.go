@@ -33,15 +33,19 @@ func ReadFileHandle(path string) (FileHandle, error) {
 }
 
 // ReadNetnsHolders reads, from procDir (the node's /proc in the judge's
-// view), the network namespaces that something still holds: every thread's
-// (<pid>/task/<tid>/ns/net, stat'ed: nsfs's device and the namespace's
-// inode) and every nsfs mount of a network namespace in the mount
-// namespaces those processes are in (<pid>/mountinfo, read once per mount
-// namespace). A process or thread that exits, or whose namespace cannot be
-// read, during the walk is skipped; only a procDir that cannot be listed is
-// an error. It sees what the judge's pid namespace sees (the plugin runs in
-// the runtime's; the daemon, in a pod without the host's pid namespace, sees
-// its own processes and the nsfs mounts of its mount namespace). A namespace
+// view), the network namespaces that a live thread is in (every thread's
+// <pid>/task/<tid>/ns/net, stat'ed: nsfs's device and the namespace's inode)
+// and that no nsfs mount names (<pid>/mountinfo of every mount namespace
+// those processes are in, read once per mount namespace). A namespace bound
+// at a path is that path's: a runtime binds each sandbox's namespace at the
+// sandbox's own path, and the kernel gives a dead namespace's inode number
+// to the next one at once, so a live namespace bound elsewhere with a dead
+// record's number is another sandbox's (a judged record's own path is gone).
+// A process or thread that exits, or whose namespace cannot be read, during
+// the walk is skipped; only a procDir that cannot be listed is an error. It
+// sees what the judge's pid namespace sees (the plugin runs in the
+// runtime's; the daemon, in a pod without the host's pid namespace, sees its
+// own processes and the nsfs mounts of its mount namespace). A namespace
 // held only by an open descriptor or a socket is not seen.
 //
 // It reads every process: the plugin calls it only when it is about to
@@ -51,7 +55,7 @@ func ReadNetnsHolders(procDir string) (NetnsHolders, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", procDir, err)
 	}
-	held := NetnsHolders{}
+	held, mounted := NetnsHolders{}, NetnsHolders{}
 	mntSeen := map[uint64]bool{}
 	var st unix.Stat_t
 	for _, p := range pids {
@@ -73,8 +77,11 @@ func ReadNetnsHolders(procDir string) (NetnsHolders, error) {
 		}
 		mntSeen[st.Ino] = true
 		if b, err := os.ReadFile(filepath.Join(pdir, "mountinfo")); err == nil {
-			addNsfsMounts(held, b)
+			addNsfsMounts(mounted, b)
 		}
+	}
+	for id := range mounted {
+		delete(held, id)
 	}
 	return held, nil
 }
