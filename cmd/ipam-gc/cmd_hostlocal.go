@@ -52,6 +52,20 @@ func hostLocalFlags(c *cobra.Command) func() (*hostLocalArgs, error) {
 	}
 }
 
+// withHostLocalFlags gives c the flags import and export share and runs run
+// with them.
+func withHostLocalFlags(c *cobra.Command, stdout io.Writer, run func(*hostLocalArgs, io.Writer) error) *cobra.Command {
+	args := hostLocalFlags(c)
+	c.RunE = func(*cobra.Command, []string) error {
+		a, err := args()
+		if err != nil {
+			return err
+		}
+		return run(a, stdout)
+	}
+	return c
+}
+
 func importCmd(stdout io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "import --network N",
@@ -63,15 +77,7 @@ func importCmd(stdout io.Writer) *cobra.Command {
   hostlease-gc import -n cbr0 --host-local-dir /var/lib/cni/networks`,
 		Args: noArgs,
 	}
-	args := hostLocalFlags(c)
-	c.RunE = func(*cobra.Command, []string) error {
-		a, err := args()
-		if err != nil {
-			return err
-		}
-		return runImport(a, stdout)
-	}
-	return c
+	return withHostLocalFlags(c, stdout, runImport)
 }
 
 func exportCmd(stdout io.Writer) *cobra.Command {
@@ -83,15 +89,7 @@ func exportCmd(stdout io.Writer) *cobra.Command {
   hostlease-gc export -n cbr0 --host-local-dir /var/lib/cni/networks`,
 		Args: noArgs,
 	}
-	args := hostLocalFlags(c)
-	c.RunE = func(*cobra.Command, []string) error {
-		a, err := args()
-		if err != nil {
-			return err
-		}
-		return runExport(a, stdout)
-	}
-	return c
+	return withHostLocalFlags(c, stdout, runExport)
 }
 
 // runImport merges host-local's state for a network into its store
