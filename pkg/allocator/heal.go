@@ -50,30 +50,6 @@ func (OSNetnsView) Lstat(path string) error {
 	return err
 }
 
-// SandboxNamespaces is the namespaces bound at the entries of dir, the
-// runtime's netns directory: each is a live sandbox's (the runtime binds a
-// sandbox's namespace at its own path there). Entries that vanish while
-// read are skipped.
-func (OSNetnsView) SandboxNamespaces(dir string) ([]NsID, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var ids []NsID
-	for _, e := range entries {
-		if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil {
-			ids = append(ids, nsIDOfInfo(fi))
-		}
-	}
-	return ids, nil
-}
-
-// sandboxNamespaces is the optional part of a NetnsView that lists the
-// namespaces bound in the runtime's netns directory (OSNetnsView has it).
-type sandboxNamespaces interface {
-	SandboxNamespaces(dir string) ([]NsID, error)
-}
-
 // PluginReleases is the plugin's whole rule for freeing a record it does not
 // own at ADD: the reason to release r, or "" to keep it. add is the ADD's
 // owner; exhausted says the ADD found its range set full; ev is r's netns
@@ -159,18 +135,6 @@ func (j *deathJudge) reason(r *Record, exhausted bool) string {
 		// gets its dead attempt's number back at once), so a record naming
 		// it names a namespace that died.
 		delete(j.held, j.add.NetnsWitness.Netns)
-		// Likewise every namespace bound at a path of the netns directory:
-		// it is that path's live sandbox's, while the judged record's own
-		// path is gone (the records judged here all name this directory).
-		if l, ok := j.view.(sandboxNamespaces); ok && j.heldErr == nil {
-			ids, err := l.SandboxNamespaces(j.dir)
-			for _, id := range ids {
-				delete(j.held, id)
-			}
-			if err != nil {
-				j.heldErr = err
-			}
-		}
 	}
 	ev, _ = NetnsGone(ev, r, lerr, j.held, j.heldErr)
 	return PluginReleases(r, j.add, exhausted, ev, lerr)

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -104,5 +105,45 @@ func BenchmarkReadNetnsHolders(b *testing.B) {
 		if _, err := ReadNetnsHolders("/proc"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A namespace a thread is in keeps a dead record only while no nsfs mount
+// names it: a namespace bound at a path is that path's sandbox's (the
+// kernel gives a dead namespace's inode number to the next one at once).
+// The /proc here is made of files; their device and inode stand in for
+// nsfs's.
+func TestReadNetnsHoldersSkipsBoundNamespaces(t *testing.T) {
+	proc := t.TempDir()
+	mk := func(path string) NsID {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return NsID{Dev: uint64(st.Dev), Ino: st.Ino}
+	}
+	bound := mk(filepath.Join(proc, "10", "task", "10", "ns", "net"))   // a sandbox's pause, its netns bound
+	unbound := mk(filepath.Join(proc, "11", "task", "11", "ns", "net")) // a process in a namespace no mount names
+	mk(filepath.Join(proc, "10", "ns", "mnt"))
+	mi := fmt.Sprintf("43 42 %d:%d net:[%d] /run/netns/cni-a rw shared:2 - nsfs nsfs rw\n",
+		unix.Major(bound.Dev), unix.Minor(bound.Dev), bound.Ino)
+	if err := os.WriteFile(filepath.Join(proc, "10", "mountinfo"), []byte(mi), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held, err := ReadNetnsHolders(proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := held[bound]; ok {
+		t.Errorf("a namespace bound at /run/netns/cni-a is held for a dead record: %v", held)
+	}
+	if _, ok := held[unbound]; !ok {
+		t.Errorf("a namespace a thread is in and no mount names is not held: %v", held)
 	}
 }
