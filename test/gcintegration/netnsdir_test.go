@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"

@@ -47,7 +47,7 @@ func damageRecord(t *testing.T, path string, ip netip.Addr) {
 // commits into the set-aside file (lost) and the second gets its address
 // (held twice), every round.
 //
-// Guarantees, judged by internal/leasecheck over all the processes: no
+// Guarantees, judged by internal/testing/leasecheck over all the processes: no
 // acknowledged ADD missing from the store at the end, no address held by two
 // sandboxes at once, every plugin call and every rebuild succeeds.
 func TestRebuildBesideAddDel(t *testing.T) {
