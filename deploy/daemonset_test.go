@@ -19,7 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 

@@ -14,7 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"

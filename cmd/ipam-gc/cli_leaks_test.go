@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
 	"github.com/hostlease/hostlease/pkg/gc"
 )
 

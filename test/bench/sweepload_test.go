@@ -23,8 +23,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/hostlease/hostlease/internal/fakecri"
-	"github.com/hostlease/hostlease/internal/promtext"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/promtext"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 

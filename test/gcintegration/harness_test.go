@@ -21,10 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/gcproc"
-	"github.com/hostlease/hostlease/internal/promtext"
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/promtext"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
@@ -250,7 +250,7 @@ func (n *node) leaksJSON(policy ...string) []gc.LeakRow {
 // ---------------------------------------------------------------------------
 // The daemon process.
 
-// daemon is one test's `hostlease-gc run` process (internal/gcproc).
+// daemon is one test's `hostlease-gc run` process (internal/testing/gcproc).
 type daemon struct {
 	*gcproc.Daemon
 	t    *testing.T

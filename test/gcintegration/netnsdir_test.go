@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/gc"
@@ -151,8 +151,8 @@ func (n *node) putBeforeBoot(id string, netns string, boot time.Time) {
 // --min-age) is kept, sweep after sweep; the daemon says once that the proof
 // is unavailable (log, hostlease_netns_dir_verified 0, `leaks`); and the
 // records of a previous boot are still reclaimed at once (predates_boot).
-// On bbb1158 the in-flight ADD was reclaimed by the first sweep as
-// netns_gone.
+// A daemon that read the empty directory as proof reclaims the in-flight ADD
+// at the first sweep as netns_gone.
 func TestEmptyNetnsDirProvesNothing(t *testing.T) {
 	needRealNetns(t)
 	t.Parallel()

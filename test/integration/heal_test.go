@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/leasecheck"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/leasecheck"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )

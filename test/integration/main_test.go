@@ -27,8 +27,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // Podman after a switch to hostlease tears containers down with its cached

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // TestOwnersIndexCollisions: the owners index is keyed by a hash of the

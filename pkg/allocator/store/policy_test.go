@@ -10,8 +10,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // Helpers that run the allocation policy (package allocator) on a real

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 	bolt "go.etcd.io/bbolt"
 )
 

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/promtext"
+	"github.com/hostlease/hostlease/internal/testing/promtext"
 )
 
 // HangGuard bounds every wait on the daemon (its start, its exit after
