@@ -328,12 +328,21 @@ type NetnsView interface {
 	Holders() (NetnsHolders, error)
 }
 
-// OSNetnsView is the NetnsView of the calling process (its /proc: the
-// runtime's pid namespace, which the plugin shares).
-type OSNetnsView struct{}
+// OSNetnsView is the NetnsView of the calling process: its paths, and the
+// namespaces held as the proc filesystem at ProcDir shows them ("" is
+// /proc: the plugin's, the runtime's pid namespace, which it shares; the
+// daemon passes its --proc-dir).
+type OSNetnsView struct {
+	ProcDir string
+}
 
-// Holders is ReadNetnsHolders("/proc").
-func (OSNetnsView) Holders() (NetnsHolders, error) { return ReadNetnsHolders("/proc") }
+// Holders is ReadNetnsHolders(ProcDir).
+func (v OSNetnsView) Holders() (NetnsHolders, error) {
+	if v.ProcDir == "" {
+		return ReadNetnsHolders("/proc")
+	}
+	return ReadNetnsHolders(v.ProcDir)
+}
 
 // DirID is DirIDOf(dir).
 func (OSNetnsView) DirID(dir string) (DirID, error) { return DirIDOf(dir) }
