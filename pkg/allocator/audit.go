@@ -41,7 +41,7 @@ const (
 	AuditIndexRepair    = "index-repair"
 	AuditDamagedRelease = "damaged-release"
 	// AuditHostLocalGone: an imported host-local reservation whose file
-	// host-local's own DEL removed since (ReleaseVanishedHostLocal).
+	// host-local's own DEL removed since (ReleaseHostLocalGone).
 	AuditHostLocalGone = "hostlocal-gone"
 	// AuditImportConflict: a host-local reservation file names an address
 	// the store holds for another attachment (or a damaged record): the

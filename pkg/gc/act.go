@@ -108,7 +108,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 			return err
 		}
 		if plan.releaseHostLocal {
-			if hlReleased, err = allocator.ReleaseVanishedHostLocal(tx, s.hostLocalDir(nr.Network), allocator.ByDaemon, now); err != nil {
+			if hlReleased, err = allocator.ReleaseHostLocalGone(tx, s.hostLocalDir(nr.Network), allocator.ByDaemon, now); err != nil {
 				return err
 			}
 		}

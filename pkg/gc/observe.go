@@ -306,7 +306,7 @@ func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
 				return false
 			}
 			// host-local's DEL leaves its lock file; a wiped directory has
-			// none and proves nothing (ReleaseVanishedHostLocal's rule).
+			// none and proves nothing (ReleaseHostLocalGone's rule).
 			if _, err := d.Lstat("lock"); err != nil {
 				return false
 			}

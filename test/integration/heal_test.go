@@ -310,7 +310,7 @@ func TestHealDoubtfulDeadOnFullPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Update(func(tx *store.Tx) error {
-		recs, err := tx.ByOwner("oldD", "eth0")
+		recs, err := tx.Records(allocator.Query{Attachment: &allocator.Attachment{ContainerID: "oldD", IfName: "eth0"}})
 		if err != nil || len(recs) != 1 {
 			return fmt.Errorf("oldD's record: %v %v", recs, err)
 		}

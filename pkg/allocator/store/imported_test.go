@@ -30,7 +30,7 @@ func TestReleaseVanishedHostLocal(t *testing.T) {
 	run := func() []string {
 		var got []string
 		update(t, s, func(tx *Tx) error {
-			recs, err := allocator.ReleaseVanishedHostLocal(tx, hl, allocator.ByPlugin, testTime)
+			recs, err := allocator.ReleaseHostLocalGone(tx, hl, allocator.ByPlugin, testTime)
 			got = ips(recs)
 			return err
 		})

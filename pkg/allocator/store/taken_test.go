@@ -30,7 +30,7 @@ func TestTakenIndexFollowsRecords(t *testing.T) {
 		if !tx.Taken(a) || !tx.Taken(b) || tx.Count() != 2 {
 			t.Errorf("after puts: Taken(a)=%v Taken(b)=%v Count=%d, want true true 2", tx.Taken(a), tx.Taken(b), tx.Count())
 		}
-		if _, err := tx.Delete(a); err != nil {
+		if _, err := tx.remove(a); err != nil {
 			return err
 		}
 		if tx.Taken(a) || !tx.Taken(b) || tx.Count() != 1 {
