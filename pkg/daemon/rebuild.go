@@ -1,0 +1,363 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
+)
+
+// RebuildStore replaces the store at path with one rebuilt from the runtime
+// and from what can still be read of the old one. The old file is kept as
+// <path>.corrupt-<unix>. The new store holds:
+//   - every address a READY sandbox uses (limited to sets when known), as a
+//     committed record of that sandbox: the runtime is the truth for those;
+//   - every address a NOTREADY sandbox still reports (PodSandboxStatus): its
+//     pod is stopped, not gone, and the runtime's DEL releases it later;
+//   - when the old store opens (a logically damaged one: records that do not
+//     decode, lost indexes; or one with a damaged page), every record that
+//     still decodes and whose address no sandbox above claims, as it was —
+//     also those of sandboxes the runtime does not list: such a record is
+//     either a leak or an ADD still in flight, and only the daemon's reclaim
+//     rules may tell them apart (forgetting it could hand an in-flight
+//     sandbox's address out twice); every damaged record's address, kept
+//     reserved for the listed sandbox its readable part names, or for nobody
+//     ("": audited as unattributed; the daemon re-reserves it for a READY
+//     sandbox that uses it, and reclaims it by the rules without proof
+//     otherwise, never at once); and, behind a damaged page, every address of
+//     the range sets whose lookup meets that page and that the taken bitmap
+//     does not show free, reserved for nobody in the same way (the page may
+//     have held its record).
+//
+// The swap keeps the contract of store/lockfile.go: RebuildStore takes the
+// old file's exclusive lock (a raw flock, which a file bbolt cannot open takes
+// too) and proves it is the file at path before it reads it; it holds that
+// lock while it reads, builds the new store complete under a random name in
+// the same directory (fsynced), hard-links the old one aside (a new name,
+// never an existing one) and renames the new one over it, and only then
+// releases it. A plugin therefore sees the old store or the rebuilt one, never
+// a missing store it would create empty and allocate from; a plugin that
+// waited for the old file's lock finds it is no longer at path and opens the
+// rebuilt one, so nothing it writes lands in the set-aside file, and every
+// record written before the lock was had is read and kept.
+//
+// when is judged under the lock, on the file at path then: a store that no
+// longer needs the rebuild asked for (another process rebuilt it since it was
+// judged) is left as it is, with ErrNotRebuilt. by names who acts in the
+// audit (allocator.ByDaemon, allocator.ByCLI("rebuild")).
+func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen, by string) (aside string, n int, err error) {
+	if err := store.CheckTrusted(path); err != nil {
+		return "", 0, err
+	}
+	var recs []*allocator.Record
+	claimed := map[netip.Addr]bool{}
+	for _, sb := range sandboxes {
+		if sb.State != SandboxReady && sb.State != SandboxNotReady {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, criTimeout)
+		ips, err := cri.SandboxIPs(cctx, sb.ID)
+		cancel()
+		if err != nil {
+			if sb.State != SandboxReady {
+				continue // a stopped sandbox may have no status left
+			}
+			return "", 0, fmt.Errorf("PodSandboxStatus %s: %w (rebuild needs every READY sandbox's addresses)", sb.ID, err)
+		}
+		for _, ip := range ips {
+			rs, r, ok := rangeOf(sets, ip)
+			if len(sets) > 0 && !ok || claimed[ip] {
+				continue // another network's address, or listed twice
+			}
+			claimed[ip] = true
+			rec := &allocator.Record{
+				IP: ip, RangeSet: rs, ContainerID: sb.ID, IfName: ReReserveIfName, Network: network,
+				PodNamespace: sb.PodNamespace, PodName: sb.PodName, PodUID: sb.PodUID,
+				State: allocator.StateCommitted, Source: "rebuild", Created: now, Committed: now,
+			}
+			if ok {
+				rec.PrefixLen, rec.Gateway = r.Subnet.Bits(), r.Gateway
+			}
+			recs = append(recs, rec)
+		}
+	}
+	// From here to the rename, the old file is locked: nobody writes it.
+	oldFile, err := store.LockFile(path, store.LockOptions{Exclusive: true, Timeout: storeLockTimeout, By: by})
+	if err != nil {
+		return "", 0, err
+	}
+	defer oldFile.Close()
+	// What the old store still holds, when it opens at all.
+	old := salvage(oldFile)
+	if !when.needs(old) {
+		return "", 0, fmt.Errorf("%w: %s %s", ErrNotRebuilt, path, old.health())
+	}
+	if len(sets) == 0 {
+		sets = old.sets
+	}
+	listed := make(map[string]bool, len(sandboxes))
+	for _, sb := range sandboxes {
+		listed[sb.ID] = true
+	}
+	kept := 0
+	for _, r := range old.records {
+		if claimed[r.IP] {
+			continue
+		}
+		claimed[r.IP] = true
+		cp := *r
+		recs = append(recs, &cp)
+		kept++
+	}
+	var unattributed []string
+	damagedKept := 0
+	for _, d := range old.damaged {
+		if !d.IP.IsValid() || claimed[d.IP] {
+			continue
+		}
+		claimed[d.IP] = true
+		rs, r, ok := rangeOf(sets, d.IP)
+		owner, ifname := d.ContainerID, d.IfName
+		if !listed[owner] {
+			owner, ifname = "", "" // a hint naming no sandbox the runtime knows
+		}
+		rec := &allocator.Record{IP: d.IP, RangeSet: rs, ContainerID: owner, IfName: ifname, Network: network,
+			State: allocator.StatePending, Source: "rebuild-damaged", Created: now}
+		if ok {
+			rec.PrefixLen, rec.Gateway = r.Subnet.Bits(), r.Gateway
+		}
+		if owner == "" {
+			unattributed = append(unattributed, d.IP.String())
+		}
+		recs = append(recs, rec)
+		damagedKept++
+	}
+	for _, ip := range old.unreadable {
+		if claimed[ip] {
+			continue
+		}
+		claimed[ip] = true
+		rs, r, _ := rangeOf(sets, ip)
+		rec := &allocator.Record{IP: ip, RangeSet: rs, Network: network,
+			State: allocator.StatePending, Source: "rebuild-unreadable-page", Created: now,
+			PrefixLen: r.Subnet.Bits(), Gateway: r.Gateway}
+		unattributed = append(unattributed, ip.String())
+		recs = append(recs, rec)
+		damagedKept++
+	}
+	aside, err = oldFile.SetAside(func(n int) string {
+		if n == 0 {
+			return fmt.Sprintf("%s.corrupt-%d", path, now.Unix())
+		}
+		return fmt.Sprintf("%s.corrupt-%d.%d", path, now.Unix(), n)
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("keeping the old store: %w", err)
+	}
+	err = oldFile.Replace(func(tx *store.Tx) error {
+		if err := tx.SetNetwork(network); err != nil {
+			return err
+		}
+		if len(sets) > 0 {
+			if err := tx.SetRangeSets(sets); err != nil {
+				return err
+			}
+		}
+		// The runtime is the truth now; stale host-local files must not be
+		// imported over it.
+		if err := tx.MarkMigrated(now); err != nil {
+			return err
+		}
+		// An exported store stays exported: what host-local does (or did
+		// since the export) is still merged before the plugin chooses. Its
+		// stamp is dropped, so the next write merges.
+		if old.exported {
+			if err := tx.SetHostLocalExport(allocator.HostLocalExport{At: old.export.At}); err != nil {
+				return err
+			}
+		}
+		for _, r := range recs {
+			if prev, dmg := tx.Lookup(r.IP); prev != nil || dmg != nil {
+				continue
+			}
+			if err := tx.Put(r); err != nil {
+				return err
+			}
+		}
+		why := fmt.Sprintf("rebuilt %d records: %d from CRI, %d kept from the old store, %d damaged ones kept reserved",
+			len(recs), len(recs)-kept-damagedKept, kept, damagedKept)
+		if len(unattributed) > 0 {
+			why += fmt.Sprintf("; owner unknown (kept reserved, reclaimed by the usual rules unless a sandbox uses them): %v", unattributed)
+		}
+		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: by, Reason: why})
+	})
+	if err != nil {
+		// The set-aside link is a second name of the store still in place.
+		_ = oldFile.RemoveAside(aside)
+		return "", 0, err
+	}
+	return aside, len(recs), nil
+}
+
+// RebuildWhen says which stores RebuildStore replaces. It is judged on the
+// store read under its lock, so a store another process rebuilt since the
+// caller judged it is not rebuilt again.
+type RebuildWhen int
+
+const (
+	// RebuildAlways rebuilds whatever the store holds (`rebuild --force`).
+	RebuildAlways RebuildWhen = iota
+	// RebuildDamaged rebuilds a store that does not open, holds a damaged
+	// record or has a damaged page (`rebuild` without --force).
+	RebuildDamaged
+	// RebuildUnreadable rebuilds a store that does not open (ErrUnreadable:
+	// the daemon).
+	RebuildUnreadable
+)
+
+// ErrNotRebuilt: the store, read under its lock, did not need the rebuild
+// asked for; it was left as it is.
+var ErrNotRebuilt = errors.New("store not rebuilt: it no longer needs it")
+
+func (w RebuildWhen) needs(old salvaged) bool {
+	switch w {
+	case RebuildDamaged:
+		return old.openErr != nil || old.rootErr != nil || old.walkErr != nil || len(old.damaged) > 0
+	case RebuildUnreadable:
+		return errors.Is(old.openErr, store.ErrUnreadable) || errors.Is(old.rootErr, store.ErrUnreadable)
+	}
+	return true
+}
+
+// rangeOf finds the range set (and range) holding ip; -1 when none does.
+func rangeOf(sets []allocator.StoredRangeSet, ip netip.Addr) (int, allocator.StoredRange, bool) {
+	for i, set := range sets {
+		for _, r := range set.Ranges {
+			if r.Contains(ip) {
+				return i, r, true
+			}
+		}
+	}
+	return -1, allocator.StoredRange{}, false
+}
+
+// salvaged is what could still be read of a store before a rebuild.
+type salvaged struct {
+	records []*allocator.Record
+	damaged []allocator.DamagedRecord
+	sets    []allocator.StoredRangeSet
+	// export is the store's mark of an export to host-local's files, when
+	// it had one (exported).
+	export   allocator.HostLocalExport
+	exported bool
+	// unreadable are the addresses whose lookup met a damaged page: the page
+	// may hold their records.
+	unreadable []netip.Addr
+	// openErr is why the store did not open; rootErr the damage in its root
+	// page's entries (store.RootDamage: a store any other open refuses);
+	// walkErr why a walk over its records stopped.
+	openErr, rootErr, walkErr error
+}
+
+// health says what the salvage found, for an error.
+func (s salvaged) health() string {
+	switch {
+	case s.openErr != nil:
+		return fmt.Sprintf("does not open: %v", s.openErr)
+	case s.rootErr != nil:
+		return fmt.Sprintf("is damaged: %v", s.rootErr)
+	case s.walkErr != nil:
+		return fmt.Sprintf("is damaged: %v", s.walkErr)
+	case len(s.damaged) > 0:
+		return fmt.Sprintf("holds %d damaged record(s)", len(s.damaged))
+	}
+	return fmt.Sprintf("is healthy (%d records)", len(s.records))
+}
+
+// maxProbe bounds the addresses a salvage looks up one by one behind a
+// damaged page (a /16's worth: well under a second).
+const maxProbe = 1 << 16
+
+// salvage reads what it can of the locked store file: nothing when it does
+// not open; the records that decode, the damaged ones and the range sets
+// otherwise. A damaged page stops a walk over the records; then every
+// address of the range sets (up to maxProbe of them) is looked up on its own,
+// so the records on the readable pages past it are kept too, and the
+// addresses whose lookup meets the damaged page are listed as unreadable
+// unless the taken bitmap, read apart, says they were free.
+func salvage(f *store.LockedFile) salvaged {
+	var out salvaged
+	st, err := f.Store()
+	if err != nil {
+		out.openErr = err
+		return out
+	}
+	out.rootErr = st.RootDamage()
+	_ = st.View(func(tx *store.Tx) error {
+		out.sets, _ = tx.RangeSets()
+		out.export, out.exported = tx.HostLocalExport()
+		return nil
+	})
+	walked := st.View(func(tx *store.Tx) error {
+		out.damaged = tx.DamagedRecords()
+		return tx.ForEach(func(r *allocator.Record) error {
+			cp := *r
+			out.records = append(out.records, &cp)
+			return nil
+		})
+	})
+	out.walkErr = walked
+	if walked == nil || !errors.Is(walked, store.ErrPageDamaged) {
+		return out
+	}
+	seen := make(map[netip.Addr]bool, len(out.records)+len(out.damaged))
+	for _, r := range out.records {
+		seen[r.IP] = true
+	}
+	for _, d := range out.damaged {
+		seen[d.IP] = true
+	}
+	probed := 0
+	for _, set := range out.sets {
+		for _, r := range set.Ranges {
+			for ip := r.Start; ip.IsValid() && ip.Compare(r.End) <= 0 && probed < maxProbe; ip = ip.Next() {
+				probed++
+				if seen[ip] {
+					continue
+				}
+				var rec *allocator.Record
+				var dmg *allocator.DamagedRecord
+				if err := st.View(func(tx *store.Tx) error {
+					rec, dmg = tx.Lookup(ip)
+					return nil
+				}); err != nil {
+					// The taken bitmap is derived from the records but
+					// lives on other pages: where it still reads, it tells
+					// which of these addresses were held.
+					taken := true
+					if st.View(func(tx *store.Tx) error {
+						taken = tx.Taken(ip)
+						return nil
+					}) != nil {
+						taken = true
+					}
+					if taken {
+						out.unreadable = append(out.unreadable, ip)
+					}
+					continue
+				}
+				switch {
+				case rec != nil:
+					out.records = append(out.records, rec)
+				case dmg != nil:
+					out.damaged = append(out.damaged, *dmg)
+				}
+			}
+		}
+	}
+	return out
+}
