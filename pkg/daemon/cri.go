@@ -23,12 +23,6 @@ type CRI interface {
 	Close() error
 }
 
-// CRISandbox is one listed sandbox with the pod metadata a rebuild records.
-type CRISandbox struct {
-	ID, State                     string
-	PodNamespace, PodName, PodUID string
-}
-
 type criClient struct {
 	conn *grpc.ClientConn
 	rt   runtimeapi.RuntimeServiceClient

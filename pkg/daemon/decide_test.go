@@ -127,12 +127,12 @@ func checkPlan(t *testing.T, tc planCase) {
 	}
 	rep := &SweepReport{DryRun: tc.dryRun, CRI: tc.cri, Networks: []*NetworkReport{nr}}
 	planStores(rep)
-	decide(rep, tc.uses, testPolicy, late)
+	judgeNetworks(rep, tc.uses, testPolicy, late)
 	if got := needsAPI(rep); got != tc.wantNeedsAPI {
 		t.Errorf("needsAPI = %v, want %v", got, tc.wantNeedsAPI)
 	}
 	rep.API = tc.api
-	settle(rep, testPolicy, MaxInfoWrites, late)
+	settleNetworks(rep, testPolicy, MaxInfoWrites, late)
 
 	if nr.rebuild != tc.wantRebuild || rep.cleanTemp == tc.dryRun {
 		t.Errorf("rebuild %v cleanTemp %v, want %v %v", nr.rebuild, rep.cleanTemp, tc.wantRebuild, !tc.dryRun)

@@ -15,7 +15,8 @@ import (
 var Version = "dev"
 
 // Label values that are part of the metrics contract (docs/contracts.md);
-// the reclaim reasons are the Reclaim* Reasons.
+// the reclaim reasons are reclaim.ReclaimReasons, the re-reservation
+// reasons reclaim.ReReserve*.
 const (
 	StatePending   = "pending"
 	StateCommitted = "committed"
@@ -24,10 +25,6 @@ const (
 	VetoMassReclaimGuard = "mass_reclaim_guard"
 
 	FailureExhausted = "exhausted"
-
-	ReReserveUnrecorded = "unrecorded"
-	ReReserveOtherOwner = "other_owner"
-	ReReserveDamaged    = "damaged"
 
 	SweepOK         = "ok"
 	SweepCRIError   = "cri_error"

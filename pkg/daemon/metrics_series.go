@@ -152,7 +152,7 @@ func gaugesOf(nr *NetworkReport, dryRun bool) *netGauges {
 		freed[r.IP] = true
 	}
 	for _, c := range nr.cands {
-		if !freed[c.Record.IP] && unverified(c.netns, nr.netns.LiveMissing) {
+		if !freed[c.Record.IP] && IsUnverified(c.Evidence, nr.netns.LiveMissing) {
 			g.netnsUnverified++
 		}
 	}
@@ -175,7 +175,7 @@ func gaugesOf(nr *NetworkReport, dryRun bool) *netGauges {
 		if rr.Reason != ReReserveOtherOwner { // a new record (a replaced one was counted)
 			g.committed++
 		}
-		if rs, _, ok := rangeOf(snap.RangeSets, rr.IP); ok && rr.Reason == ReReserveUnrecorded {
+		if rs, _, ok := RangeOf(snap.RangeSets, rr.IP); ok && rr.Reason == ReReserveUnrecorded {
 			used[rs]++
 		}
 	}

@@ -200,9 +200,9 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, hol
 	// One goroutine: this runs every sweep, and spreading it over every CPU
 	// would take them all from plugin calls at once (it runs on a node).
 	for i, r := range snap.Records {
-		c := Candidate{Record: r, netns: evidence[i]}
+		c := Candidate{Record: r, Evidence: evidence[i]}
 		if _, listed := view.Sandboxes[r.ContainerID]; !listed && view.Complete {
-			provable, doubt := netnsDoubt(evidence[i], r, dir, facts.LiveMissing)
+			provable, doubt := JudgeNetns(evidence[i], r, dir, facts.LiveMissing)
 			if provable {
 				// The path being gone proves nothing while something
 				// still holds the namespace (allocator.NetnsGone).
@@ -212,7 +212,7 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, hol
 					ev, gone := allocator.NetnsGone(evidence[i], r, lerr, held, herr)
 					c.NetnsGone = gone
 					if !gone {
-						jv := dir.judge()
+						jv := dir.JudgeView()
 						jv.HoldersErr = herr
 						doubt = ev.Doubt(r, jv)
 					}

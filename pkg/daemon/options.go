@@ -45,14 +45,6 @@ const (
 	DefaultMetricsAddr = ":9734"
 	DefaultNetnsDir    = "/var/run/netns"
 	DefaultProcDir     = "/proc"
-
-	// DefaultMaxReclaimFraction is the share of a network's records that one
-	// sweep may reclaim without proof of death. A runtime that lists none of
-	// the network's sandboxes (a wrong socket) makes every record a candidate
-	// at once, 100% of them, so any default below 1 refuses it; a node
-	// rebooted with a persistent data dir is not limited, as its records carry
-	// proof (they predate the boot).
-	DefaultMaxReclaimFraction = 0.5
 )
 
 // Bounds of the flags: values outside are a mistake, not a setting.
@@ -166,4 +158,9 @@ func (l HTTPLimits) validate() error {
 		return fmt.Errorf("--http-max-header-bytes must be between %d and %d, got %d", MinHTTPMaxHeaderBytes, MaxHTTPMaxHeaderBytes, l.MaxHeaderBytes)
 	}
 	return nil
+}
+
+// PolicyFromOptions takes the policy thresholds from the daemon's flags.
+func PolicyFromOptions(o *Options) Policy {
+	return Policy{Misses: o.Misses, Grace: o.Grace, MinAge: o.MinAge, NetnsGrace: o.NetnsGrace, MaxReclaimFraction: o.MaxReclaimFraction}
 }

@@ -60,11 +60,6 @@ type Policy struct {
 	MaxReclaimFraction float64
 }
 
-// PolicyFromOptions takes the policy thresholds from the daemon's flags.
-func PolicyFromOptions(o *Options) Policy {
-	return Policy{Misses: o.Misses, Grace: o.Grace, MinAge: o.MinAge, NetnsGrace: o.NetnsGrace, MaxReclaimFraction: o.MaxReclaimFraction}
-}
-
 // Candidate is one record with the facts the policy needs from the node.
 type Candidate struct {
 	Record *allocator.Record
@@ -82,8 +77,8 @@ type Candidate struct {
 	// judged (no positive evidence that --netns-dir is the directory the
 	// plugin saw); "" when it could or there is none.
 	NetnsDoubt string
-	// netns is what the record's netns can prove (allocator.NetnsEvidenceOf).
-	netns allocator.NetnsEvidence
+	// Evidence is what the record's netns can prove (allocator.NetnsEvidenceOf).
+	Evidence allocator.NetnsEvidence
 }
 
 // proof is the reclaim reason a candidate's proof of death gives, or "".
@@ -351,3 +346,17 @@ func contains(ips []netip.Addr, ip netip.Addr) bool {
 	}
 	return false
 }
+
+// CRISandbox is one listed sandbox with the pod metadata a rebuild records.
+type CRISandbox struct {
+	ID, State                     string
+	PodNamespace, PodName, PodUID string
+}
+
+// DefaultMaxReclaimFraction is the share of a network's records that one
+// sweep may reclaim without proof of death. A runtime that lists none of
+// the network's sandboxes (a wrong socket) makes every record a candidate
+// at once, 100% of them, so any default below 1 refuses it; a node
+// rebooted with a persistent data dir is not limited, as its records carry
+// proof (they predate the boot).
+const DefaultMaxReclaimFraction = 0.5

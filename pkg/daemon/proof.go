@@ -1,59 +1,10 @@
 package daemon
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
-
-// BootClock tells when the node last booted. The production one reads the
-// kernel's btime; tests give their own.
-type BootClock interface {
-	BootTime() (time.Time, error)
-}
-
-// ProcBootClock reads btime from <Dir>/stat (Dir is /proc on a node). btime is
-// the wall-clock time of the boot as the kernel computes it now, so a clock
-// stepped since the boot moves it too.
-type ProcBootClock struct{ Dir string }
-
-// BootTime reads and parses <Dir>/stat.
-func (c ProcBootClock) BootTime() (time.Time, error) {
-	b, err := os.ReadFile(filepath.Join(c.Dir, "stat"))
-	if err != nil {
-		return time.Time{}, err
-	}
-	return ParseBtime(b)
-}
-
-// ParseBtime finds the "btime <unix seconds>" line of a /proc/stat.
-func ParseBtime(stat []byte) (time.Time, error) {
-	sc := bufio.NewScanner(bytes.NewReader(stat))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "btime ")
-		if !ok {
-			continue
-		}
-		secs, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-		if err != nil || secs <= 0 {
-			return time.Time{}, fmt.Errorf("btime %q: not a positive unix time", rest)
-		}
-		return time.Unix(secs, 0).UTC(), nil
-	}
-	if err := sc.Err(); err != nil {
-		return time.Time{}, err
-	}
-	return time.Time{}, errors.New("no btime line")
-}
 
 // NetnsDirView is what a sweep saw of --netns-dir: its path and identity
 // (zero, with Err, when it could not be stat'ed). It is taken once a sweep.
@@ -86,38 +37,38 @@ type NetnsFacts struct {
 func (f NetnsFacts) Unverified() int {
 	n := 0
 	for e, c := range f.Evidence {
-		if unverified(e, f.LiveMissing) {
+		if IsUnverified(e, f.LiveMissing) {
 			n += c
 		}
 	}
 	return n
 }
 
-// unverified reports whether a record whose netns has evidence e, on a
+// IsUnverified reports whether a record whose netns has evidence e, on a
 // network where liveMissing READY sandboxes' netns are missing, names a
 // netns that proves nothing.
-func unverified(e allocator.NetnsEvidence, liveMissing int) bool {
+func IsUnverified(e allocator.NetnsEvidence, liveMissing int) bool {
 	return e != allocator.NetnsUnnamed && (e != allocator.NetnsProvable || liveMissing > 0)
 }
 
-// netnsDoubt decides whether a record's missing netns may prove its
+// JudgeNetns decides whether a record's missing netns may prove its
 // sandbox dead: only when NetnsEvidenceOf says NetnsProvable and no READY
 // sandbox of the network lacks its netns (liveMissing). Otherwise it says
 // why not, for the decision's detail ("" when the record names no netns:
 // there is nothing to doubt). The classes' words are allocator's
 // (NetnsEvidence.Doubt).
-func netnsDoubt(e allocator.NetnsEvidence, r *allocator.Record, view NetnsDirView, liveMissing int) (provable bool, doubt string) {
+func JudgeNetns(e allocator.NetnsEvidence, r *allocator.Record, view NetnsDirView, liveMissing int) (provable bool, doubt string) {
 	if e == allocator.NetnsProvable {
 		if liveMissing == 0 {
 			return true, ""
 		}
 		return false, fmt.Sprintf("%d READY sandboxes' netns are missing from --netns-dir %s", liveMissing, view.Dir)
 	}
-	return false, e.Doubt(r, view.judge())
+	return false, e.Doubt(r, view.JudgeView())
 }
 
-// judge is the view as allocator's doubt texts take it.
-func (v NetnsDirView) judge() allocator.NetnsJudgeView {
+// JudgeView is the view as allocator's doubt texts take it.
+func (v NetnsDirView) JudgeView() allocator.NetnsJudgeView {
 	return allocator.NetnsJudgeView{Dir: v.Dir, ID: v.ID, Err: v.Err}
 }
 
@@ -145,9 +96,9 @@ type NetnsProofStatus struct {
 	// Unverified is how many records (every network) name a netns that
 	// proves nothing (NetnsFacts.Unverified).
 	Unverified int
-	// key identifies the state for "log on change": the state and the
+	// Key identifies the state for "log on change": the state and the
 	// identities involved, not the counts.
-	key string
+	Key string
 }
 
 // Warn reports whether the status calls for a person: the proof is off
@@ -184,7 +135,7 @@ func NetnsProof(view NetnsDirView, nets []NetnsFacts) NetnsProofStatus {
 		}
 	}
 	set := func(state, why, key string) NetnsProofStatus {
-		st.State, st.Why, st.key = state, why, state+" "+key
+		st.State, st.Why, st.Key = state, why, state+" "+key
 		return st
 	}
 	named := 0

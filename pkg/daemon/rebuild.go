@@ -69,7 +69,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 			return "", 0, fmt.Errorf("PodSandboxStatus %s: %w (rebuild needs every READY sandbox's addresses)", sb.ID, err)
 		}
 		for _, ip := range ips {
-			rs, r, ok := rangeOf(sets, ip)
+			rs, r, ok := RangeOf(sets, ip)
 			if len(sets) > 0 && !ok || claimed[ip] {
 				continue // another network's address, or listed twice
 			}
@@ -120,7 +120,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 			continue
 		}
 		claimed[d.IP] = true
-		rs, r, ok := rangeOf(sets, d.IP)
+		rs, r, ok := RangeOf(sets, d.IP)
 		owner, ifname := d.ContainerID, d.IfName
 		if !listed[owner] {
 			owner, ifname = "", "" // a hint naming no sandbox the runtime knows
@@ -141,7 +141,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 			continue
 		}
 		claimed[ip] = true
-		rs, r, _ := rangeOf(sets, ip)
+		rs, r, _ := RangeOf(sets, ip)
 		rec := &allocator.Record{IP: ip, RangeSet: rs, Network: network,
 			State: allocator.StatePending, Source: "rebuild-unreadable-page", Created: now,
 			PrefixLen: r.Subnet.Bits(), Gateway: r.Gateway}
@@ -231,18 +231,6 @@ func (w RebuildWhen) needs(old salvaged) bool {
 		return errors.Is(old.openErr, store.ErrUnreadable) || errors.Is(old.rootErr, store.ErrUnreadable)
 	}
 	return true
-}
-
-// rangeOf finds the range set (and range) holding ip; -1 when none does.
-func rangeOf(sets []allocator.StoredRangeSet, ip netip.Addr) (int, allocator.StoredRange, bool) {
-	for i, set := range sets {
-		for _, r := range set.Ranges {
-			if r.Contains(ip) {
-				return i, r, true
-			}
-		}
-	}
-	return -1, allocator.StoredRange{}, false
 }
 
 // salvaged is what could still be read of a store before a rebuild.

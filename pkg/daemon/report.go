@@ -34,10 +34,10 @@ func (s *Sweeper) reportSweep(rep *SweepReport) {
 // `hostlease-gc leaks` show it at any time).
 func (s *Sweeper) reportNetnsProof(rep *SweepReport) {
 	st := rep.Netns
-	if st.State == "" || st.key == s.netnsLogged {
+	if st.State == "" || st.Key == s.netnsLogged {
 		return
 	}
-	s.netnsLogged = st.key
+	s.netnsLogged = st.Key
 	switch {
 	case st.Verified:
 		s.Log.Info("netns proof on: a sandbox absent from CRI whose netns is gone from --netns-dir is reclaimed at once", "netnsDir", s.Opts.NetnsDir, "why", st.Why)

@@ -195,12 +195,12 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	s.rebuild(ctx, rep, sandboxes)
 	uses := s.observeNode(ctx, rep, sandboxes, boot, now)
 
-	decide(rep, uses, pol, now)
+	judgeNetworks(rep, uses, pol, now)
 	if needsAPI(rep) && s.Kube != nil {
 		// The API server is asked only when a reclaim it could veto is due.
 		rep.API = s.Kube.View(ctx)
 	}
-	settle(rep, pol, s.maxInfoWrites(), now)
+	settleNetworks(rep, pol, s.maxInfoWrites(), now)
 	s.rememberDryRun(rep)
 
 	// Act and report go network by network: a network's logs and Events

@@ -28,12 +28,6 @@ import (
 
 const testNet = "podnet"
 
-// testRanges is one range set, 10.1.0.10-10.1.0.200 (191 addresses).
-var testRanges = []allocator.StoredRangeSet{{Ranges: []allocator.StoredRange{{
-	Subnet: netip.MustParsePrefix("10.1.0.0/24"), Start: netip.MustParseAddr("10.1.0.10"),
-	End: netip.MustParseAddr("10.1.0.200"), Gateway: netip.MustParseAddr("10.1.0.1"),
-}}}}
-
 type sweepEnv struct {
 	t      *testing.T
 	dir    string
@@ -301,8 +295,6 @@ func lookup(t *testing.T, g prometheus.Gatherer, name string, pairs ...any) (flo
 	}
 	return 0, false
 }
-
-func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // allocNetns is an ADD whose sandbox was given netns: the runtime created
 // it, the plugin took its witness (allocator.WitnessNetns); a netns that does
