@@ -87,82 +87,101 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 		return err
 	}
 	defer st.Close()
-	var reclaimed []ReclaimedRecord
-	var stored []store.Rewrite
-	var rereserved, hlReleased = []ReReserve(nil), []*allocator.Record(nil)
-	var repair allocator.IndexRepair
-	committed := 0
+	var done applied
 	err = st.Update(func(tx *store.Tx) error {
-		reclaimed, stored, committed = nil, stored[:0], 0
-		var err error
-		if plan.repairIndexes {
-			// Records are the truth: the indexes are rebuilt from them first
-			// (audited by the allocator), under this write lock.
-			if repair, err = tx.RepairIndexes("hostlease-gc sweep", now); err != nil {
-				return err
-			}
-		}
-		// Before any reclaim: a reclaim must not free an address a READY
-		// sandbox uses.
-		if rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, plan.reReserve, now); err != nil {
-			return err
-		}
-		if plan.releaseHostLocal {
-			if hlReleased, err = allocator.ReleaseVanishedHostLocal(tx, s.hostLocalDir(nr.Network), allocator.ByDaemon, now); err != nil {
-				return err
-			}
-		}
-		for _, w := range plan.writes {
-			d := w.d
-			if w.prepared {
-				done, err := tx.PutIfUnchanged(w.rewrite)
-				if err != nil {
-					return err
-				}
-				if done {
-					stored = append(stored, w.rewrite)
-					if d.Action == MarkCommitted {
-						committed++
-					}
-					continue
-				}
-			}
-			cur, _ := tx.Lookup(d.Record.IP)
-			if cur == nil || !allocator.SameAllocation(cur, d.Record) {
-				continue // released (and perhaps reserved again) since the snapshot
-			}
-			switch d.Action {
-			case Reclaim:
-				why := allocator.Why{Action: allocator.AuditReclaim, Reason: string(d.Reason) + ": " + d.Detail, By: allocator.ByDaemon}
-				if err := allocator.ReleaseRecord(tx, cur, why, now); err != nil {
-					return err
-				}
-				reclaimed = append(reclaimed, ReclaimedRecord{Record: cur, Reason: d.Reason, Detail: d.Detail})
-				continue
-			case MarkCommitted:
-				cur.State, cur.Committed = allocator.StateCommitted, now
-				committed++
-			default:
-				if cur.Obs == d.Obs {
-					continue
-				}
-			}
-			cur.Obs = d.Obs
-			if err := tx.Put(cur); err != nil {
-				return err
-			}
-		}
-		return nil
+		done = applied{stored: done.stored[:0]}
+		return s.applyPlan(tx, nr, now, &done)
 	})
 	if err == nil {
-		nr.Reclaimed, nr.Committed, nr.ReReserved, nr.HostLocalReleased, nr.IndexRepair = reclaimed, committed, rereserved, hlReleased, repair
+		nr.Reclaimed, nr.Committed, nr.ReReserved, nr.HostLocalReleased, nr.IndexRepair = done.reclaimed, done.committed, done.rereserved, done.hostLocal, done.repair
 		// What was just written need not be decoded again next sweep.
 		cache := &s.stores[nr.Path].decoded
-		for _, w := range stored {
+		for _, w := range done.stored {
 			cache.Stored(w)
 		}
 	}
 	return err
+}
+
+// applied is what one write transaction did.
+type applied struct {
+	reclaimed  []ReclaimedRecord
+	stored     []store.Rewrite // prepared values written as they were
+	rereserved []ReReserve
+	hostLocal  []*allocator.Record
+	repair     allocator.IndexRepair
+	committed  int
+}
+
+// applyPlan is apply's transaction: the index repair, the re-reservations,
+// the releases of vanished host-local files, then the decisions, in order.
+func (s *Sweeper) applyPlan(tx *store.Tx, nr *NetworkReport, now time.Time, done *applied) error {
+	plan := &nr.plan
+	var err error
+	if plan.repairIndexes {
+		// Records are the truth: the indexes are rebuilt from them first
+		// (audited by the allocator), under this write lock.
+		if done.repair, err = tx.RepairIndexes("hostlease-gc sweep", now); err != nil {
+			return err
+		}
+	}
+	// Before any reclaim: a reclaim must not free an address a READY
+	// sandbox uses.
+	if done.rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, plan.reReserve, now); err != nil {
+		return err
+	}
+	if plan.releaseHostLocal {
+		if done.hostLocal, err = allocator.ReleaseVanishedHostLocal(tx, s.hostLocalDir(nr.Network), allocator.ByDaemon, now); err != nil {
+			return err
+		}
+	}
+	for _, w := range plan.writes {
+		if err := applyWrite(tx, w, now, done); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyWrite stores one decision, if its record is still the same
+// allocation.
+func applyWrite(tx *store.Tx, w plannedWrite, now time.Time, done *applied) error {
+	d := w.d
+	if w.prepared {
+		ok, err := tx.PutIfUnchanged(w.rewrite)
+		if err != nil {
+			return err
+		}
+		if ok {
+			done.stored = append(done.stored, w.rewrite)
+			if d.Action == MarkCommitted {
+				done.committed++
+			}
+			return nil
+		}
+	}
+	cur, _ := tx.Lookup(d.Record.IP)
+	if cur == nil || !allocator.SameAllocation(cur, d.Record) {
+		return nil // released (and perhaps reserved again) since the snapshot
+	}
+	switch d.Action {
+	case Reclaim:
+		why := allocator.Why{Action: allocator.AuditReclaim, Reason: string(d.Reason) + ": " + d.Detail, By: allocator.ByDaemon}
+		if err := allocator.ReleaseRecord(tx, cur, why, now); err != nil {
+			return err
+		}
+		done.reclaimed = append(done.reclaimed, ReclaimedRecord{Record: cur, Reason: d.Reason, Detail: d.Detail})
+		return nil
+	case MarkCommitted:
+		cur.State, cur.Committed = allocator.StateCommitted, now
+		done.committed++
+	default:
+		if cur.Obs == d.Obs {
+			return nil
+		}
+	}
+	cur.Obs = d.Obs
+	return tx.Put(cur)
 }
 
 // parallelMin is the least number of items worth splitting over goroutines.

@@ -12,26 +12,10 @@ import (
 )
 
 // RebuildStore replaces the store at path with one rebuilt from the runtime
-// and from what can still be read of the old one. The old file is kept as
-// <path>.corrupt-<unix>. The new store holds:
-//   - every address a READY sandbox uses (limited to sets when known), as a
-//     committed record of that sandbox: the runtime is the truth for those;
-//   - every address a NOTREADY sandbox still reports (PodSandboxStatus): its
-//     pod is stopped, not gone, and the runtime's DEL releases it later;
-//   - when the old store opens (a logically damaged one: records that do not
-//     decode, lost indexes; or one with a damaged page), every record that
-//     still decodes and whose address no sandbox above claims, as it was —
-//     also those of sandboxes the runtime does not list: such a record is
-//     either a leak or an ADD still in flight, and only the daemon's reclaim
-//     rules may tell them apart (forgetting it could hand an in-flight
-//     sandbox's address out twice); every damaged record's address, kept
-//     reserved for the listed sandbox its readable part names, or for nobody
-//     ("": audited as unattributed; the daemon re-reserves it for a READY
-//     sandbox that uses it, and reclaims it by the rules without proof
-//     otherwise, never at once); and, behind a damaged page, every address of
-//     the range sets whose lookup meets that page and that the taken bitmap
-//     does not show free, reserved for nobody in the same way (the page may
-//     have held its record).
+// and from what can still be read of the old one (MergeRebuild says
+// what it holds). The old file is kept as <path>.corrupt-<unix>. It is three
+// steps: gather (the runtime's addresses, before any lock), merge (pure) and
+// replace (under the old file's lock).
 //
 // The swap keeps the contract of store/lockfile.go: RebuildStore takes the
 // old file's exclusive lock (a raw flock, which a file bbolt cannot open takes
@@ -53,37 +37,9 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 	if err := store.CheckTrusted(path); err != nil {
 		return "", 0, err
 	}
-	var recs []*allocator.Record
-	claimed := map[netip.Addr]bool{}
-	for _, sb := range sandboxes {
-		if sb.State != SandboxReady && sb.State != SandboxNotReady {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, criTimeout)
-		ips, err := cri.SandboxIPs(cctx, sb.ID)
-		cancel()
-		if err != nil {
-			if sb.State != SandboxReady {
-				continue // a stopped sandbox may have no status left
-			}
-			return "", 0, fmt.Errorf("PodSandboxStatus %s: %w (rebuild needs every READY sandbox's addresses)", sb.ID, err)
-		}
-		for _, ip := range ips {
-			rs, r, ok := RangeOf(sets, ip)
-			if len(sets) > 0 && !ok || claimed[ip] {
-				continue // another network's address, or listed twice
-			}
-			claimed[ip] = true
-			rec := &allocator.Record{
-				IP: ip, RangeSet: rs, ContainerID: sb.ID, IfName: ReReserveIfName, Network: network,
-				PodNamespace: sb.PodNamespace, PodName: sb.PodName, PodUID: sb.PodUID,
-				State: allocator.StateCommitted, Source: "rebuild", Created: now, Committed: now,
-			}
-			if ok {
-				rec.PrefixLen, rec.Gateway = r.Subnet.Bits(), r.Gateway
-			}
-			recs = append(recs, rec)
-		}
+	addrs, err := gatherAddrs(ctx, cri, sandboxes)
+	if err != nil {
+		return "", 0, err
 	}
 	// From here to the rename, the old file is locked: nobody writes it.
 	oldFile, err := store.LockFile(path, store.LockOptions{Exclusive: true, Timeout: storeLockTimeout, By: by})
@@ -96,74 +52,59 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 	if !when.needs(old) {
 		return "", 0, fmt.Errorf("%w: %s %s", ErrNotRebuilt, path, old.health())
 	}
-	if len(sets) == 0 {
-		sets = old.sets
-	}
 	listed := make(map[string]bool, len(sandboxes))
 	for _, sb := range sandboxes {
 		listed[sb.ID] = true
 	}
-	kept := 0
-	for _, r := range old.records {
-		if claimed[r.IP] {
+	rebuilt := MergeRebuild(RebuildInput{Network: network, Sets: sets, Sandboxes: addrs, Listed: listed, Old: old.Salvage, Now: now})
+	aside, err = replaceStore(oldFile, path, network, old, rebuilt, now, by)
+	if err != nil {
+		return "", 0, err
+	}
+	return aside, len(rebuilt.Records), nil
+}
+
+// gatherAddrs asks the runtime for the addresses of every READY and NOTREADY
+// sandbox: a READY one's must all be known (an error otherwise), a stopped
+// one may have no status left.
+func gatherAddrs(ctx context.Context, cri CRI, sandboxes []CRISandbox) ([]SandboxAddrs, error) {
+	var out []SandboxAddrs
+	for _, sb := range sandboxes {
+		if sb.State != SandboxReady && sb.State != SandboxNotReady {
 			continue
 		}
-		claimed[r.IP] = true
-		cp := *r
-		recs = append(recs, &cp)
-		kept++
+		cctx, cancel := context.WithTimeout(ctx, criTimeout)
+		ips, err := cri.SandboxIPs(cctx, sb.ID)
+		cancel()
+		if err != nil {
+			if sb.State != SandboxReady {
+				continue // a stopped sandbox may have no status left
+			}
+			return nil, fmt.Errorf("PodSandboxStatus %s: %w (rebuild needs every READY sandbox's addresses)", sb.ID, err)
+		}
+		out = append(out, SandboxAddrs{Sandbox: sb, IPs: ips})
 	}
-	var unattributed []string
-	damagedKept := 0
-	for _, d := range old.damaged {
-		if !d.IP.IsValid() || claimed[d.IP] {
-			continue
-		}
-		claimed[d.IP] = true
-		rs, r, ok := RangeOf(sets, d.IP)
-		owner, ifname := d.ContainerID, d.IfName
-		if !listed[owner] {
-			owner, ifname = "", "" // a hint naming no sandbox the runtime knows
-		}
-		rec := &allocator.Record{IP: d.IP, RangeSet: rs, ContainerID: owner, IfName: ifname, Network: network,
-			State: allocator.StatePending, Source: "rebuild-damaged", Created: now}
-		if ok {
-			rec.PrefixLen, rec.Gateway = r.Subnet.Bits(), r.Gateway
-		}
-		if owner == "" {
-			unattributed = append(unattributed, d.IP.String())
-		}
-		recs = append(recs, rec)
-		damagedKept++
-	}
-	for _, ip := range old.unreadable {
-		if claimed[ip] {
-			continue
-		}
-		claimed[ip] = true
-		rs, r, _ := RangeOf(sets, ip)
-		rec := &allocator.Record{IP: ip, RangeSet: rs, Network: network,
-			State: allocator.StatePending, Source: "rebuild-unreadable-page", Created: now,
-			PrefixLen: r.Subnet.Bits(), Gateway: r.Gateway}
-		unattributed = append(unattributed, ip.String())
-		recs = append(recs, rec)
-		damagedKept++
-	}
-	aside, err = oldFile.SetAside(func(n int) string {
+	return out, nil
+}
+
+// replaceStore sets the locked old file aside and replaces it with a store
+// holding rebuilt, audited as a rebuild by by.
+func replaceStore(oldFile *store.LockedFile, path, network string, old salvaged, rebuilt *Rebuilt, now time.Time, by string) (string, error) {
+	aside, err := oldFile.SetAside(func(n int) string {
 		if n == 0 {
 			return fmt.Sprintf("%s.corrupt-%d", path, now.Unix())
 		}
 		return fmt.Sprintf("%s.corrupt-%d.%d", path, now.Unix(), n)
 	})
 	if err != nil {
-		return "", 0, fmt.Errorf("keeping the old store: %w", err)
+		return "", fmt.Errorf("keeping the old store: %w", err)
 	}
 	err = oldFile.Replace(func(tx *store.Tx) error {
 		if err := tx.SetNetwork(network); err != nil {
 			return err
 		}
-		if len(sets) > 0 {
-			if err := tx.SetRangeSets(sets); err != nil {
+		if len(rebuilt.Sets) > 0 {
+			if err := tx.SetRangeSets(rebuilt.Sets); err != nil {
 				return err
 			}
 		}
@@ -180,7 +121,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 				return err
 			}
 		}
-		for _, r := range recs {
+		for _, r := range rebuilt.Records {
 			if prev, dmg := tx.Lookup(r.IP); prev != nil || dmg != nil {
 				continue
 			}
@@ -188,19 +129,14 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 				return err
 			}
 		}
-		why := fmt.Sprintf("rebuilt %d records: %d from CRI, %d kept from the old store, %d damaged ones kept reserved",
-			len(recs), len(recs)-kept-damagedKept, kept, damagedKept)
-		if len(unattributed) > 0 {
-			why += fmt.Sprintf("; owner unknown (kept reserved, reclaimed by the usual rules unless a sandbox uses them): %v", unattributed)
-		}
-		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: by, Reason: why})
+		return tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditRebuild, By: by, Reason: rebuilt.Why()})
 	})
 	if err != nil {
 		// The set-aside link is a second name of the store still in place.
 		_ = oldFile.RemoveAside(aside)
-		return "", 0, err
+		return "", err
 	}
-	return aside, len(recs), nil
+	return aside, nil
 }
 
 // RebuildWhen says which stores RebuildStore replaces. It is judged on the
@@ -226,7 +162,7 @@ var ErrNotRebuilt = errors.New("store not rebuilt: it no longer needs it")
 func (w RebuildWhen) needs(old salvaged) bool {
 	switch w {
 	case RebuildDamaged:
-		return old.openErr != nil || old.rootErr != nil || old.walkErr != nil || len(old.damaged) > 0
+		return old.openErr != nil || old.rootErr != nil || old.walkErr != nil || len(old.Damaged) > 0
 	case RebuildUnreadable:
 		return errors.Is(old.openErr, store.ErrUnreadable) || errors.Is(old.rootErr, store.ErrUnreadable)
 	}
@@ -235,16 +171,11 @@ func (w RebuildWhen) needs(old salvaged) bool {
 
 // salvaged is what could still be read of a store before a rebuild.
 type salvaged struct {
-	records []*allocator.Record
-	damaged []allocator.DamagedRecord
-	sets    []allocator.StoredRangeSet
+	Salvage
 	// export is the store's mark of an export to host-local's files, when
 	// it had one (exported).
 	export   allocator.HostLocalExport
 	exported bool
-	// unreadable are the addresses whose lookup met a damaged page: the page
-	// may hold their records.
-	unreadable []netip.Addr
 	// openErr is why the store did not open; rootErr the damage in its root
 	// page's entries (store.RootDamage: a store any other open refuses);
 	// walkErr why a walk over its records stopped.
@@ -260,10 +191,10 @@ func (s salvaged) health() string {
 		return fmt.Sprintf("is damaged: %v", s.rootErr)
 	case s.walkErr != nil:
 		return fmt.Sprintf("is damaged: %v", s.walkErr)
-	case len(s.damaged) > 0:
-		return fmt.Sprintf("holds %d damaged record(s)", len(s.damaged))
+	case len(s.Damaged) > 0:
+		return fmt.Sprintf("holds %d damaged record(s)", len(s.Damaged))
 	}
-	return fmt.Sprintf("is healthy (%d records)", len(s.records))
+	return fmt.Sprintf("is healthy (%d records)", len(s.Records))
 }
 
 // maxProbe bounds the addresses a salvage looks up one by one behind a
@@ -286,15 +217,15 @@ func salvage(f *store.LockedFile) salvaged {
 	}
 	out.rootErr = st.RootDamage()
 	_ = st.View(func(tx *store.Tx) error {
-		out.sets, _ = tx.RangeSets()
+		out.Sets, _ = tx.RangeSets()
 		out.export, out.exported = tx.HostLocalExport()
 		return nil
 	})
 	walked := st.View(func(tx *store.Tx) error {
-		out.damaged = tx.DamagedRecords()
+		out.Damaged = tx.DamagedRecords()
 		return tx.ForEach(func(r *allocator.Record) error {
 			cp := *r
-			out.records = append(out.records, &cp)
+			out.Records = append(out.Records, &cp)
 			return nil
 		})
 	})
@@ -302,15 +233,15 @@ func salvage(f *store.LockedFile) salvaged {
 	if walked == nil || !errors.Is(walked, store.ErrPageDamaged) {
 		return out
 	}
-	seen := make(map[netip.Addr]bool, len(out.records)+len(out.damaged))
-	for _, r := range out.records {
+	seen := make(map[netip.Addr]bool, len(out.Records)+len(out.Damaged))
+	for _, r := range out.Records {
 		seen[r.IP] = true
 	}
-	for _, d := range out.damaged {
+	for _, d := range out.Damaged {
 		seen[d.IP] = true
 	}
 	probed := 0
-	for _, set := range out.sets {
+	for _, set := range out.Sets {
 		for _, r := range set.Ranges {
 			for ip := r.Start; ip.IsValid() && ip.Compare(r.End) <= 0 && probed < maxProbe; ip = ip.Next() {
 				probed++
@@ -334,15 +265,15 @@ func salvage(f *store.LockedFile) salvaged {
 						taken = true
 					}
 					if taken {
-						out.unreadable = append(out.unreadable, ip)
+						out.Unreadable = append(out.Unreadable, ip)
 					}
 					continue
 				}
 				switch {
 				case rec != nil:
-					out.records = append(out.records, rec)
+					out.Records = append(out.Records, rec)
 				case dmg != nil:
-					out.damaged = append(out.damaged, *dmg)
+					out.Damaged = append(out.Damaged, *dmg)
 				}
 			}
 		}
