@@ -13,7 +13,7 @@ import (
 	"github.com/hostlease/hostlease/internal/testing/gcproc"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	gcdaemon "github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // These tests use the node's real netns directory: the plugin is given real
@@ -159,7 +159,7 @@ func TestEmptyNetnsDirProvesNothing(t *testing.T) {
 	n := realNode(t)
 	inflight := n.sandboxID("inflight")
 	n.addReal(inflight)
-	boot, err := gc.ProcBootClock{Dir: "/proc"}.BootTime()
+	boot, err := gcdaemon.ProcBootClock{Dir: "/proc"}.BootTime()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,8 +189,8 @@ func TestEmptyNetnsDirProvesNothing(t *testing.T) {
 		t.Errorf("hostlease_netns_unverified_records %v, want 1 (the in-flight ADD)", v)
 	}
 	warned := d.logs.entries("netns proof unavailable: --netns-dir is not verified as the runtime's; absent sandboxes wait for the rules without proof (--misses, --grace, --min-age, API veto, guard)")
-	if len(warned) != 1 || warned[0]["state"] != gc.NetnsProofOtherDir {
-		t.Errorf("log: %d netns proof warnings over 3+ sweeps (%v), want one, state %s", len(warned), warned, gc.NetnsProofOtherDir)
+	if len(warned) != 1 || warned[0]["state"] != gcdaemon.NetnsProofOtherDir {
+		t.Errorf("log: %d netns proof warnings over 3+ sweeps (%v), want one, state %s", len(warned), warned, gcdaemon.NetnsProofOtherDir)
 	}
 
 	// `leaks` in the same view says why the netns proves nothing.
@@ -252,7 +252,7 @@ func TestRuntimesNetnsDirProvesDeath(t *testing.T) {
 
 // leaksIn runs `hostlease-gc leaks --all -o json` in a new mount namespace
 // (inMountNS) and returns its rows and stderr.
-func (n *node) leaksIn(emptyDir bool, policy ...string) ([]gc.LeakRow, string) {
+func (n *node) leaksIn(emptyDir bool, policy ...string) ([]gcdaemon.LeakRow, string) {
 	n.t.Helper()
 	args := append([]string{"leaks", "--all", "--cri-endpoint", n.cri.Endpoint(), "--data-dir", n.dataDir, "--netns-dir", runtimeNetnsDir, "--no-api", "-o", "json"}, policy...)
 	cmd := exec.Command(gcBin(), args...)
@@ -262,7 +262,7 @@ func (n *node) leaksIn(emptyDir bool, policy ...string) ([]gc.LeakRow, string) {
 	if err := cmd.Run(); err != nil {
 		n.t.Fatalf("hostlease-gc leaks: %v: %s", err, stderr.String())
 	}
-	rows, err := gc.DecodeRows[gc.LeakRow]([]byte(stdout.String()))
+	rows, err := gcdaemon.DecodeRows[gcdaemon.LeakRow]([]byte(stdout.String()))
 	if err != nil {
 		n.t.Fatalf("hostlease-gc leaks -o json: %v\n%s", err, stdout.String())
 	}
