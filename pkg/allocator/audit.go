@@ -51,7 +51,7 @@ const (
 	// AuditLog's answer.
 	AuditDamagedEntry = "damaged-entry"
 
-	// Written by the daemon (pkg/gc): a leak reclaimed (through
+	// Written by the daemon (pkg/daemon): a leak reclaimed (through
 	// ReleaseRecord), an address a running sandbox uses re-reserved for it,
 	// a store rebuilt from the runtime.
 	AuditReclaim   = "reclaim"

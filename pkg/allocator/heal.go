@@ -10,7 +10,7 @@ import (
 
 // Audit reasons (AuditEvent.Reason, Action AuditRelease, By "plugin") of the
 // plugin's releases of sandboxes whose netns the runtime has torn down. The
-// daemon reports each once (metric, pod Event; pkg/gc).
+// daemon reports each once (metric, pod Event; pkg/daemon).
 const (
 	// ReasonPodSandboxReplaced: an ADD for a pod found another sandbox of
 	// the same pod UID whose netns is provably gone (a retry, a restart).
