@@ -224,3 +224,15 @@ func (tn *testNet) failLog(t *testing.T) []map[string]any {
 	}
 	return out
 }
+
+// gcCalls returns the failplugin's log lines of GC calls, oldest first.
+func (tn *testNet) gcCalls(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range tn.failLog(t) {
+		if l["verb"] == "GC" {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -165,7 +165,7 @@ func startNode(t *testing.T) *node {
 	}
 	n.Endpoint = "unix://" + n.Socket
 	t.Cleanup(n.cleanup)
-	for _, d := range []string{n.CNIConfDir, n.CNIBinDir, n.NsDir, filepath.Join(dir, "conf.d")} {
+	for _, d := range []string{n.CNIConfDir, n.CNIBinDir, n.NsDir, filepath.Join(dir, "conf.d"), filepath.Join(dir, "lib"), filepath.Join(dir, "pods")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,11 @@ func startNode(t *testing.T) *node {
 	if err := harness.BuildGoBinary(harness.ModulePath+"/e2e/failplugin", filepath.Join(n.CNIBinDir, harness.FailPlugin)); err != nil {
 		t.Fatal(err)
 	}
+	// No registry is reachable: no search registries, any image accepted.
 	if err := os.WriteFile(filepath.Join(dir, "policy.json"), []byte(`{"default":[{"type":"insecureAcceptAnything"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "registries.conf"), []byte("unqualified-search-registries = []\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(n.ConfigPath, []byte(n.config()), 0o644); err != nil {
