@@ -388,23 +388,7 @@ func (n *node) cleanup() {
 }
 
 // LogTail returns the last lines of CRI-O's log.
-func (n *node) LogTail(lines int) string {
-	b, err := os.ReadFile(n.LogPath)
-	if err != nil {
-		return fmt.Sprintf("(no CRI-O log: %v)", err)
-	}
-	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return "---- CRI-O log tail (" + n.LogPath + ") ----\n" + strings.Join(l, "\n")
-}
-
-// Log returns CRI-O's whole log.
-func (n *node) Log() string {
-	b, _ := os.ReadFile(n.LogPath)
-	return string(b)
-}
+func (n *node) LogTail(lines int) string { return harness.LogFileTail("CRI-O", n.LogPath, lines) }
 
 // pod names a sandbox as kubelet does.
 type pod struct {
