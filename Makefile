@@ -82,7 +82,7 @@ helm-setup:
 	bash hack/helm-setup.sh
 
 # CRI-O v1.36.3 and pinns (CGO_ENABLED=0), conmon, crun and skopeo from apt
-# (hack/crio-setup.sh; cached under /var/cache/hostlease-crio/bin, ~10 min cold).
+# (hack/crio-setup.sh; cached under /var/cache/hostlease-crio/bin; about 5 min of CPU cold).
 crio-setup:
 	bash hack/crio-setup.sh
 

@@ -104,12 +104,12 @@ EOF
 	(cd "$w" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || GOFLAGS=-mod=mod go mod tidy)
 
 	local t0=$SECONDS
-	log "cri-o: building crio $CRIO_VERSION (CGO_ENABLED=0, tags: $CRIO_TAGS; ~10 min cold on 2 cores)"
+	log "cri-o: building crio $CRIO_VERSION (CGO_ENABLED=0, tags: $CRIO_TAGS; about 5 min of CPU)"
 	(cd "$w" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -tags "$CRIO_TAGS" -ldflags '-s -w' \
 		-o "$CACHE/bin/crio.tmp" "$CRIO_MODULE/cmd/crio")
 	mv "$CACHE/bin/crio.tmp" "$CACHE/bin/crio"
 	timing crio-build "$((SECONDS - t0))"
-	log "cri-o: crio built in $((SECONDS - t0))s: $("$CACHE/bin/crio" --version 2>/dev/null | sed -n 's/^Version: *//p')"
+	log "cri-o: crio built in $((SECONDS - t0))s: $("$CACHE/bin/crio" --version 2>/dev/null | head -n 1)"
 
 	log "cri-o: building pinns from $src/pinns (static)"
 	cc -std=c99 -Os -Wall -Wextra -static -o "$CACHE/bin/pinns.tmp" "$src"/pinns/src/*.c
