@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/test.sh — the body of `make test` after setup, lint and build: unit +
 # integration tests (-race), the e2e suite on every containerd version (`make
-# e2e`), and the real Kubernetes node suite on two nodes (`make e2e-k8s`).
+# e2e`) and on CRI-O (`make e2e-crio`), and the real Kubernetes node suite on
+# two nodes (`make e2e-k8s`).
 #
 # Build, then test: `make setup` (hack/setup.sh) has built every tool and
 # filled the Go build cache before this runs, so no suite compiles a tool
@@ -9,7 +10,7 @@
 #
 # What runs beside what (two cores; a runtime's own timeouts must never fire):
 #   - the unit and integration tests, then the containerd suites one version
-#     after the other;
+#     after the other, then the CRI-O suite (e2e/crio, `make e2e-crio`);
 #   - beside them, the default real node (mostly waiting: kubelet's retry
 #     back-off, an alert's `for:` window, a quiet minute);
 #   - the second real node ("heal", a 5-minute storm of 50 pods) starts only
@@ -50,6 +51,9 @@ make --no-print-directory unit || rc=1
 echo "test: unit and integration tests done in $((SECONDS - u0))s; the second real node may start"
 : >"$gate"
 make --no-print-directory -o build e2e || rc=1
+c0=$SECONDS
+make --no-print-directory -o build e2e-crio || rc=1
+echo "test: CRI-O suite done in $((SECONDS - c0))s"
 
 echo "test: waiting for the real-node suite (e2e/k8s, started $((SECONDS - t0))s ago)"
 wait "$k8s_pid"

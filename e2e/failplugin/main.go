@@ -13,7 +13,9 @@
 //	                before anything else, for at most holdLimit (then it fails)
 //	"logFile":      every invocation appends one JSON line
 //	                {"time","verb","containerID","ifname","netns","args","error"}
-//	                (args: CNI_ARGS, e.g. K8S_POD_UID=... from a CRI runtime)
+//	                (args: CNI_ARGS, e.g. K8S_POD_UID=... from a CRI runtime);
+//	                a GC's line also has "validAttachments", the runtime's
+//	                cni.dev/valid-attachments as it sent them (JSON)
 //
 // Guarantees:
 //   - ADD passes prevResult through unchanged (converted to the config's
@@ -54,6 +56,8 @@ type config struct {
 	DelayAddFile string `json:"delayAddFile,omitempty"`
 	HoldAddFile  string `json:"holdAddFile,omitempty"`
 	LogFile      string `json:"logFile,omitempty"`
+	// ValidAttachments is what a GC carries, logged as sent.
+	ValidAttachments json.RawMessage `json:"cni.dev/valid-attachments,omitempty"`
 }
 
 func parseConfig(stdin []byte) (*config, error) {
@@ -103,6 +107,9 @@ func logCall(conf *config, verb string, args *skel.CmdArgs, callErr error) {
 		"ifname":      args.IfName,
 		"netns":       args.Netns,
 		"args":        args.Args,
+	}
+	if len(conf.ValidAttachments) > 0 {
+		rec["validAttachments"] = string(conf.ValidAttachments)
 	}
 	if callErr != nil {
 		rec["error"] = callErr.Error()

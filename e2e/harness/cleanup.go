@@ -88,7 +88,7 @@ func short(id string) string {
 func teardownDir(dir, socket, runcRoot, cgroupParent string, bridges, networks []string, logf func(string, ...any)) {
 	// Containers: kill and delete with runc, which also removes their cgroups.
 	nsRoot := filepath.Join(runcRoot, "k8s.io")
-	if entries, err := os.ReadDir(nsRoot); err == nil {
+	if entries, err := os.ReadDir(nsRoot); runcRoot != "" && err == nil {
 		runc, _ := exec.LookPath("runc")
 		for _, ent := range entries {
 			if !ent.IsDir() || runc == "" {
@@ -100,10 +100,13 @@ func teardownDir(dir, socket, runcRoot, cgroupParent string, bridges, networks [
 		}
 	}
 	// Shims: the processes whose command line names this env's socket.
-	shimSockets := shimSocketFiles(filepath.Join(dir, "state"), socket)
-	for _, pid := range pidsWithArg("-address", socket) {
-		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
-			waitGone(pid, 5*time.Second)
+	var shimSockets []string
+	if socket != "" {
+		shimSockets = shimSocketFiles(filepath.Join(dir, "state"), socket)
+		for _, pid := range pidsWithArg("-address", socket) {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+				waitGone(pid, 5*time.Second)
+			}
 		}
 	}
 	// containerd itself, when an earlier process started it (stale env).
@@ -362,4 +365,39 @@ func reapStaleEnvs(t testing.TB) {
 		teardownDir(dir, filepath.Join(dir, "containerd.sock"), filepath.Join(dir, "runc"),
 			"/"+filepath.Base(dir), bridges, networks, func(f string, a ...any) { t.Logf("e2e reap: "+f, a...) })
 	}
+}
+
+// TeardownRuntimeDir tears down what any test runtime left under dir, for the
+// runtimes whose processes the harness does not know by name (CRI-O and its
+// conmon): every process whose executable lies under dir or whose command
+// line names a path under dir is killed (the runtime itself first, when
+// runtimePID > 0), then the mounts under dir are undone (deepest first), the
+// bridges deleted, libcni's cache files of netns under dir or of networks
+// removed, the cgroup parent removed and dir deleted.
+func TeardownRuntimeDir(dir string, runtimePID int, cgroupParent string, bridges, networks []string, logf func(string, ...any)) {
+	if runtimePID > 0 {
+		if err := syscall.Kill(runtimePID, syscall.SIGKILL); err == nil {
+			waitGone(runtimePID, 5*time.Second)
+		}
+	}
+	pids := pidsWithExeUnder(dir)
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		for _, a := range cmdline(pid) {
+			if strings.Contains(a, dir+"/") || a == dir {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			waitGone(pid, 5*time.Second)
+		}
+	}
+	teardownDir(dir, "", "", cgroupParent, bridges, networks, logf)
 }

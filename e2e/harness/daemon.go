@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/hostlease/hostlease/internal/testing/promtext"
@@ -44,7 +45,7 @@ type Daemon struct {
 	LogPath    string
 	MetricsURL string // "http://127.0.0.1:<port>" of the current process
 
-	env     *Env
+	t       testing.TB
 	args    []string
 	timeout time.Duration
 	cmd     *exec.Cmd
@@ -94,31 +95,48 @@ func (e *Env) GC(args ...string) ([]byte, error) {
 // sweep reached CRI (/readyz). It fails the test if the daemon does not come up.
 func (e *Env) StartDaemon(o DaemonOptions) *Daemon {
 	e.t.Helper()
+	return StartDaemonOn(DaemonHost{T: e.t, Dir: e.Dir, Endpoint: e.Endpoint, NetnsDir: e.NetnsDir(), GCBin: e.GCBin()}, o)
+}
+
+// DaemonHost is what `hostlease-gc run` is pointed at: any CRI runtime's
+// socket and the directory where it puts the pods' network namespaces.
+type DaemonHost struct {
+	T        testing.TB
+	Dir      string // where the daemon's log goes
+	Endpoint string // the runtime's CRI endpoint ("unix://...")
+	NetnsDir string // the runtime's netns dir (--netns-dir)
+	GCBin    string // the hostlease-gc binary to run
+}
+
+// StartDaemonOn is StartDaemon for any runtime: it starts `hostlease-gc run`
+// against h and waits until its first sweep reached CRI (/readyz).
+func StartDaemonOn(h DaemonHost, o DaemonOptions) *Daemon {
+	h.T.Helper()
 	if o.DataDir == "" {
-		e.t.Fatal("StartDaemon: DataDir is required")
+		h.T.Fatal("StartDaemon: DataDir is required")
 	}
 	d := &Daemon{
-		Bin:     e.GCBin(),
+		Bin:     h.GCBin,
 		DataDir: o.DataDir,
-		LogPath: filepath.Join(e.Dir, fmt.Sprintf("hostlease-gc-%d.log", time.Now().UnixNano())),
-		env:     e,
+		LogPath: filepath.Join(h.Dir, fmt.Sprintf("hostlease-gc-%d.log", time.Now().UnixNano())),
+		t:       h.T,
 		timeout: o.ReadyTimeout,
 	}
 	if d.timeout == 0 {
 		d.timeout = 30 * time.Second
 	}
 	d.args = append([]string{"run",
-		"--cri-endpoint", e.Endpoint,
+		"--cri-endpoint", h.Endpoint,
 		"--data-dir", o.DataDir,
 		"--metrics-addr", "127.0.0.1:0",
 		"--no-api",
 		"--log-format", "json",
-		"--netns-dir", e.NetnsDir(),
+		"--netns-dir", h.NetnsDir,
 	}, o.Args...)
-	e.t.Cleanup(func() {
+	h.T.Cleanup(func() {
 		d.stop()
-		if e.t.Failed() {
-			e.t.Logf("%s", d.LogTail(60))
+		if h.T.Failed() {
+			h.T.Logf("%s", d.LogTail(60))
 		}
 	})
 	d.Start()
@@ -127,7 +145,7 @@ func (e *Env) StartDaemon(o DaemonOptions) *Daemon {
 
 // Start starts the daemon (again, after Stop) with the same flags.
 func (d *Daemon) Start() {
-	t := d.env.t
+	t := d.t
 	t.Helper()
 	if d.cmd != nil {
 		t.Fatal("hostlease-gc is already running")
@@ -181,7 +199,7 @@ func (d *Daemon) Start() {
 
 // Stop stops the daemon with SIGTERM (SIGKILL after 10s).
 func (d *Daemon) Stop() {
-	d.env.t.Helper()
+	d.t.Helper()
 	d.stop()
 }
 

@@ -489,16 +489,20 @@ func (e *Env) stopContainerd(grace time.Duration) error {
 }
 
 // LogTail returns the last n lines of containerd's log.
-func (e *Env) LogTail(n int) string {
-	b, err := os.ReadFile(e.LogPath)
+func (e *Env) LogTail(n int) string { return LogFileTail("containerd", e.LogPath, n) }
+
+// LogFileTail returns the last n lines of the log of who at path, headed
+// with both, for a failed test's output.
+func LogFileTail(who, path string, n int) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Sprintf("(no containerd log: %v)", err)
+		return fmt.Sprintf("(no %s log: %v)", who, err)
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return "---- containerd log tail (" + e.LogPath + ") ----\n" + strings.Join(lines, "\n")
+	return "---- " + who + " log tail (" + path + ") ----\n" + strings.Join(lines, "\n")
 }
 
 // Log returns containerd's whole log so far.
