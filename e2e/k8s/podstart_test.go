@@ -117,7 +117,7 @@ func (n podStartNetwork) held(t testing.TB) int {
 //     "begin cni setup" to "cni result" of that sandbox, the span containerd
 //     records in containerd_cri_network_plugin_operations_duration_seconds
 //     {operation_type="set_up_pod"} (whose sum and count over the phase are
-//     reported beside it, and set_down's for the DELs of the teardown);
+//     reported beside it, and tear_down_pod's for the DELs of the teardown);
 //   - the batch: first Create to last Running.
 //
 // It fails only when a pod does not start or the IPAM's state is wrong
