@@ -64,6 +64,10 @@ const (
 	Image = "localhost/hostlease/hostlease:e2e"
 )
 
+// ContainerdMetricsPort serves the node's containerd's Prometheus metrics
+// (/v1/metrics) on loopback.
+const ContainerdMetricsPort = 19735
+
 // Instance names a node of its own beside the default one
 // ($HOSTLEASE_K8S_INSTANCE, 1-8 of [a-z0-9]; empty: the default node). An
 // instance has its own Root and CgroupRoot and must run in a network
@@ -121,7 +125,8 @@ func checkInstance() error {
 // run several pod networks side by side with them, without touching the
 // node's own conflist. The dirs exist from the start (containerd watches
 // them); what a test writes there is torn down like CNIConfDir's conflists.
-var RuntimeHandlers = []string{"hlk8s-hs-pair", "hlk8s-hl-pair", "hlk8s-hs-storm", "hlk8s-hl-storm"}
+var RuntimeHandlers = []string{"hlk8s-hs-pair", "hlk8s-hl-pair", "hlk8s-hs-storm", "hlk8s-hl-storm",
+	"hlk8s-ps-hl", "hlk8s-ps-hs", "hlk8s-ps-hsi"}
 
 // RuntimeConfDir is the CNI config dir of runtime handler h.
 func RuntimeConfDir(h string) string { return filepath.Join(Root, "cni-conf-"+h) }
@@ -630,7 +635,7 @@ func (c *Cluster) makeCgroupRoot() error {
 
 // containerdConfig is the harness's containerd config with the node's paths
 // (containerd and kubelet share them in the node's mount namespace), plus
-// RuntimeHandlers.
+// RuntimeHandlers and its metrics on ContainerdMetricsPort.
 func containerdConfig(a harness.Artifacts) string {
 	cfg := harness.ContainerdConfig(a.Version, harness.ContainerdPaths{
 		Root: filepath.Join(Root, "containerd-root"), State: StateDir, Temp: filepath.Join(Root, "tmp"),
@@ -656,6 +661,7 @@ func containerdConfig(a harness.Artifacts) string {
       Root = '%[5]s'
 `, table, h, RuntimeConfDir(h), a.Runc, RuncRoot)
 	}
+	fmt.Fprintf(&b, "\n[metrics]\n  address = '127.0.0.1:%d'\n", ContainerdMetricsPort)
 	return b.String()
 }
 

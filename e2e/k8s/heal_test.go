@@ -164,7 +164,7 @@ func TestRetriesHealWithoutDaemon(t *testing.T) {
 				}
 			} else {
 				uids := sandboxPods(t, l.failLog())
-				for _, id := range hostLocalHolders(t, l.net) {
+				for _, id := range hostLocalHolders(t, hostLocalDir, l.net) {
 					held++
 					if uid, ok := uids[id]; ok {
 						perPod[uid]++
@@ -304,10 +304,11 @@ func sandboxPods(t testing.TB, path string) map[string]string {
 }
 
 // hostLocalHolders is the sandbox of every address host-local holds on
-// network net (its files <dir>/<net>/<ip>: container ID, then interface).
-func hostLocalHolders(t testing.TB, net string) []string {
+// network net in its dataDir dir (its files <dir>/<net>/<ip>: container
+// ID, then interface).
+func hostLocalHolders(t testing.TB, dir, net string) []string {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(hostLocalDir, net))
+	ents, err := os.ReadDir(filepath.Join(dir, net))
 	if os.IsNotExist(err) {
 		return nil
 	} else if err != nil {
@@ -318,7 +319,7 @@ func hostLocalHolders(t testing.TB, net string) []string {
 		if _, err := netip.ParseAddr(e.Name()); err != nil {
 			continue // last_reserved_ip.0, lock
 		}
-		b, err := os.ReadFile(filepath.Join(hostLocalDir, net, e.Name()))
+		b, err := os.ReadFile(filepath.Join(dir, net, e.Name()))
 		if err != nil {
 			continue // released meanwhile
 		}
