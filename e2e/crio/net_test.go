@@ -15,7 +15,7 @@ import (
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // netOpts shape a test network's conflist:
@@ -137,7 +137,7 @@ func (tn *testNet) records(t *testing.T) []*allocator.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, damaged, err := gc.DecodeList(out)
+	list, damaged, err := daemon.DecodeList(out)
 	if err != nil || len(damaged) != 0 {
 		t.Fatalf("hostlease-gc list -o json: %v, damaged %+v\n%s", err, damaged, out)
 	}
