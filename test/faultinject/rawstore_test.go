@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -202,8 +203,11 @@ func (v *storeView) heldBy(containerID string) []netip.Addr {
 }
 
 // readView reads a store's allocs with raw bbolt (read-only, shared lock).
-// It fails when bbolt cannot open or walk the file.
+// It fails when bbolt cannot open or walk the file: a panic, and a fault from
+// a page reference beyond the mapped file (a damaged bucket header or branch
+// element), come back as errors instead of killing the test binary.
 func readView(path string) (v *storeView, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			v, err = nil, fmt.Errorf("bbolt panicked reading %s: %v", path, r)
