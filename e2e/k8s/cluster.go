@@ -467,9 +467,8 @@ func (c *Cluster) ensureBridge(name, addr string) error {
 // (the apiserver's post-start hooks, the default ServiceAccount, the Node
 // object, containerd's socket). It judges the machine, not hostlease: a
 // component that exits fails the wait at once (waitFor watches every process
-// it started), so the bound only has to outlast a loaded machine's start.
-// The apiserver's rbac/bootstrap-roles hook took over 90 s at a load
-// average of 60 on two cores.
+// it started), so the bound only has to outlast a loaded machine's start
+// (docs/testing.md: the apiserver's bootstrap hooks on a loaded machine).
 const bringUpTimeout = 5 * time.Minute
 
 func (c *Cluster) waitFor(what string, timeout time.Duration, f func() error) error {
