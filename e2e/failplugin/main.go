@@ -12,8 +12,11 @@
 //	"holdAddFile":  while this file exists, ADD waits (checking every 20ms)
 //	                before anything else, for at most holdLimit (then it fails)
 //	"logFile":      every invocation appends one JSON line
-//	                {"time","verb","containerID","ifname","netns","args","error"}
-//	                (args: CNI_ARGS, e.g. K8S_POD_UID=... from a CRI runtime)
+//	                {"time","verb","containerID","ifname","netns","args","runtimeConfig","error"}
+//	                (args: CNI_ARGS, e.g. K8S_POD_UID=... from a CRI runtime;
+//	                runtimeConfig: the config's runtimeConfig as JSON, "" when
+//	                absent: what the caller injected for the capabilities the
+//	                config declares)
 //
 // Guarantees:
 //   - ADD passes prevResult through unchanged (converted to the config's
@@ -54,6 +57,8 @@ type config struct {
 	DelayAddFile string `json:"delayAddFile,omitempty"`
 	HoldAddFile  string `json:"holdAddFile,omitempty"`
 	LogFile      string `json:"logFile,omitempty"`
+	// RuntimeConfig is only logged.
+	RuntimeConfig json.RawMessage `json:"runtimeConfig,omitempty"`
 }
 
 func parseConfig(stdin []byte) (*config, error) {
@@ -103,6 +108,9 @@ func logCall(conf *config, verb string, args *skel.CmdArgs, callErr error) {
 		"ifname":      args.IfName,
 		"netns":       args.Netns,
 		"args":        args.Args,
+	}
+	if len(conf.RuntimeConfig) > 0 {
+		rec["runtimeConfig"] = string(conf.RuntimeConfig)
 	}
 	if callErr != nil {
 		rec["error"] = callErr.Error()
