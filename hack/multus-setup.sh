@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# hack/multus-setup.sh — build and cache Multus (thin plugin, and the thick
-# plugin's shim and daemon) and its NetworkAttachmentDefinition CRD for the
-# real-node suite (e2e/k8s, the Multus scenarios).
+# hack/multus-setup.sh — build and cache Multus's thin plugin and its
+# NetworkAttachmentDefinition CRD for the real-node suite (e2e/k8s,
+# TestMultus). The thick plugin (multus-shim, multus-daemon) is not built: no
+# test runs it.
 #
 # Run as root. Idempotent (one stamp for the whole cache) and flock'ed:
 # concurrent callers wait for one build.
 # Cache: ${HOSTLEASE_MULTUS_CACHE:-/var/cache/hostlease-multus}
 #   bin/multus         the thin plugin (cmd/multus) at $MULTUS_VERSION
-#   bin/multus-shim    the thick plugin's CNI binary (cmd/multus-shim)
-#   bin/multus-daemon  the thick plugin's daemon (cmd/multus-daemon)
 #   crd.yaml           the NetworkAttachmentDefinition CRD, the first
 #                      CustomResourceDefinition document of the module's own
 #                      deployments/multus-daemonset.yml, unchanged
@@ -22,7 +21,7 @@ set -euo pipefail
 
 MULTUS_MODULE=gopkg.in/k8snetworkplumbingwg/multus-cni.v4
 MULTUS_VERSION=v4.3.0
-CMDS=(multus multus-shim multus-daemon)
+CMDS=(multus)
 
 CACHE=${HOSTLEASE_MULTUS_CACHE:-/var/cache/hostlease-multus}
 FORCE=${HOSTLEASE_MULTUS_FORCE:-0}

@@ -576,7 +576,12 @@ func cacheAtDel(t *testing.T, c *Cluster, containerdLog string, containerdOff in
 	neverUID := held.PodUID
 	os.Remove(filepath.Join(multusCacheDir, held.ContainerID))
 	kubectl(t, c, "-n", multusNamespace, "delete", "deployment", "never", "cache-gone", "cache-bad", "--wait=false")
-	time.Sleep(2 * time.Second) // the pods' deletion reaches kubelet while the ADD is held
+	// The held pod is being deleted before its ADD fails: kubelet makes no
+	// other sandbox for it.
+	waitUntil(t, time.Minute, "the held pod terminating", func() (bool, string) {
+		out, err := c.Kubectl("-n", multusNamespace, "get", "pod", held.PodName, "-o", "jsonpath={.metadata.deletionTimestamp}")
+		return err == nil && strings.TrimSpace(out) != "", out
+	})
 	if err := os.WriteFile(nadFailAdd, []byte("e2e: the ADD never completes\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -617,10 +622,16 @@ func cacheAtDel(t *testing.T, c *Cluster, containerdLog string, containerdOff in
 			}
 		}
 	}
+	os.Remove(nadFailAdd)
+	// Multus's log: no delegate DEL failed but the loop's (SecondaryLoop
+	// runs beside this, its NAD's DELs fail on purpose).
 	for _, l := range newLines(t, multusLog, multusOff) {
-		if strings.Contains(l, "DelegateDel: error") {
+		if strings.Contains(l, "DelegateDel: error") && !strings.Contains(l, `"`+nadLoopName+`"`) {
 			t.Errorf("a Multus delegate DEL failed: %s", l)
 		}
+	}
+	if _, err := os.Stat(entry(bad)); err == nil {
+		t.Logf("Multus left the corrupt cache entry of %s's sandbox in place after its DEL", bad.Name)
 	}
 	for id, name := range sandboxes {
 		for _, cl := range readCalls(t, nadCallsLog) {
