@@ -242,6 +242,9 @@ func TestMultus(t *testing.T) {
 		apply(t, c, multusDeployment(multusNamespace, "two", 2, nadName))
 		live = waitMultusPods(t, c, "two", 2)
 		checkDelegation(t, live)
+		for _, p := range live {
+			checkNet1(t, c, p)
+		}
 	})
 	if t.Failed() {
 		return
@@ -469,6 +472,38 @@ func checkDelegation(t *testing.T, pods []multusPod) {
 				}
 			}
 		}
+	}
+}
+
+// checkNet1 checks that pod p's net1 carries its record's address, in the
+// pod's netns and in the network-status annotation Multus writes.
+func checkNet1(t *testing.T, c *Cluster, p multusPod) {
+	t.Helper()
+	out := kubectl(t, c, "-n", multusNamespace, "get", "pod", p.Name, "-o",
+		`jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}`)
+	var statuses []struct {
+		Name, Interface string
+		IPs             []string `json:"ips"`
+	}
+	if err := json.Unmarshal([]byte(out), &statuses); err != nil {
+		t.Errorf("pod %s: network-status %q: %v", p.Name, out, err)
+	}
+	found := false
+	for _, st := range statuses {
+		if st.Interface == "net1" {
+			found = true
+			if st.Name != multusNamespace+"/"+nadName || len(st.IPs) != 1 || st.IPs[0] != p.net1.IP.String() {
+				t.Errorf("pod %s: network-status says net1 is %s %v, its record %s on %s", p.Name, st.Name, st.IPs, p.net1.IP, nadName)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("pod %s: no net1 in network-status %s", p.Name, out)
+	}
+	argv := c.inNS("nsenter", "--net="+p.eth0.Netns, "ip", "-o", "-4", "addr", "show", "dev", "net1")
+	b, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil || !strings.Contains(string(b), " "+p.net1.IP.String()+"/") {
+		t.Errorf("pod %s: net1 in its netns does not carry %s (%v): %s", p.Name, p.net1.IP, err, b)
 	}
 }
 
