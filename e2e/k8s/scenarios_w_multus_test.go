@@ -112,27 +112,17 @@ spec:
 `, name, ns, strings.ReplaceAll(string(conf), "'", "''"))
 }
 
-// multusDeployment is a Deployment of pause pods attached to nad as well.
+// multusDeployment is deployment (its namespace, then pause pods) with the
+// pods attached to nad as well.
 func multusDeployment(ns, name string, replicas int, nad string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %[2]s, namespace: %[1]s}
-spec:
-  replicas: %[3]d
-  selector: {matchLabels: {app: %[2]s}}
-  template:
-    metadata:
-      labels: {app: %[2]s}
-      annotations: {k8s.v1.cni.cncf.io/networks: %[4]s}
-    spec:
-      terminationGracePeriodSeconds: 1
-      automountServiceAccountToken: false
-      nodeSelector: {kubernetes.io/hostname: %[6]s}
-      containers:
-      - name: pause
-        image: %[5]s
-        imagePullPolicy: Never
-`, ns, name, replicas, nad, pauseImage(), NodeName)
+	const key = "k8s.v1.cni.cncf.io/networks"
+	out := strings.Replace(deployment(ns, name, replicas),
+		"    metadata: {labels: {app: "+name+"}}\n",
+		"    metadata:\n      labels: {app: "+name+"}\n      annotations: {"+key+": "+nad+"}\n", 1)
+	if !strings.Contains(out, key) {
+		panic("multusDeployment: the pod template of deployment() no longer has the line it annotates")
+	}
+	return out
 }
 
 // setupMultus makes Multus the node's CNI for the rest of the test: the
