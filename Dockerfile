@@ -38,7 +38,7 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
       -ldflags "-s -w -X main.buildVersion=${VERSION}" \
       -o /out/hostlease ./cmd/ipam && \
     GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
-      -ldflags "-s -w -X github.com/hostlease/hostlease/pkg/gc.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/hostlease/hostlease/pkg/daemon.Version=${VERSION}" \
       -o /out/hostlease-gc ./cmd/ipam-gc
 
 FROM gcr.io/distroless/static-debian12:nonroot

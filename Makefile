@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
 DIST     ?= dist
-LDFLAGS  := -s -w -X main.buildVersion=$(VERSION) -X github.com/hostlease/hostlease/pkg/gc.Version=$(VERSION)
+LDFLAGS  := -s -w -X main.buildVersion=$(VERSION) -X github.com/hostlease/hostlease/pkg/daemon.Version=$(VERSION)
 export CGO_ENABLED ?= 0
 export GOFLAGS     ?= -buildvcs=false
 
@@ -118,7 +118,7 @@ BENCH_FASTPATHS = -bench.variants nofastdecode:nofastdecode,nofastencode:nofaste
 
 bench: build
 	@mkdir -p bin
-	set -o pipefail; $(GO) test -run '^$$' -bench Sweep10k -benchtime 20x -count 1 ./pkg/gc/ | tee bin/bench-sweep.txt
+	set -o pipefail; $(GO) test -run '^$$' -bench Sweep10k -benchtime 20x -count 1 ./pkg/daemon/ | tee bin/bench-sweep.txt
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./test/bench -args -bench.out=$(CURDIR)/bin/bench-report.md -bench.sweep=$(CURDIR)/bin/bench-sweep.txt -bench.skip-sweepload $(BENCH_FASTPATHS) $(BENCH_ARGS)
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./test/bench -args -bench.sweepload-only -bench.sweep-interval 1s -bench.sweep-k 1600 -bench.out=$(CURDIR)/bin/bench-sweepload-1s.md
 	@echo "bench: report written to bin/bench-report.md, ADD/DEL under sweeps every 1s to bin/bench-sweepload-1s.md (BENCH_ARGS='-bench.doc=$(CURDIR)/docs/benchmarks.md' also updates the docs)"

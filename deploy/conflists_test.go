@@ -11,7 +11,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // The example CNI conflists.
@@ -84,10 +84,10 @@ func checkConflist(t *testing.T, where string, raw []byte) {
 		t.Errorf("%s: the commit marker must have no ipam key", where)
 	}
 	// The marker must find the same stores as the ipam section
-	// (docs/contracts.md): both default to gc.DefaultDataDir.
+	// (docs/contracts.md): both default to daemon.DefaultDataDir.
 	orDefault := func(d string) string {
 		if d == "" {
-			return gc.DefaultDataDir
+			return daemon.DefaultDataDir
 		}
 		return filepath.Clean(d)
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostlease/hostlease/internal/gcproc"
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )

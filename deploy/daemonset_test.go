@@ -19,8 +19,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/hostlease/hostlease/internal/testbin"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // The DaemonSet: its wiring to the daemon's real flag set, host mounts,
@@ -85,7 +85,7 @@ func hostMount(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, mountPath
 	return corev1.VolumeMount{}, nil
 }
 
-func parseRunArgs(t *testing.T, c corev1.Container) *gc.Options {
+func parseRunArgs(t *testing.T, c corev1.Container) *daemon.Options {
 	t.Helper()
 	if len(c.Command) != 1 || c.Command[0] != "/hostlease-gc" {
 		t.Fatalf("command %q, want [/hostlease-gc]", c.Command)
@@ -101,7 +101,7 @@ func parseRunArgs(t *testing.T, c corev1.Container) *gc.Options {
 	// Parsed as hostlease-gc parses them (pflag: --name or --name=value;
 	// a single-dash long flag is refused).
 	gfs := flag.NewFlagSet("hostlease-gc run", flag.ContinueOnError)
-	o := gc.RegisterRunFlags(gfs)
+	o := daemon.RegisterRunFlags(gfs)
 	fs := pflag.NewFlagSet("hostlease-gc run", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.AddGoFlagSet(gfs)
@@ -134,15 +134,15 @@ func TestDaemonSet(t *testing.T) {
 			if o.NodeName != "node-a" {
 				t.Errorf("--node-name resolves to %q, want the downward API's spec.nodeName", o.NodeName)
 			}
-			if o.DataDir != gc.DefaultDataDir || o.NetnsDir != gc.DefaultNetnsDir || o.MetricsAddr != gc.DefaultMetricsAddr {
+			if o.DataDir != daemon.DefaultDataDir || o.NetnsDir != daemon.DefaultNetnsDir || o.MetricsAddr != daemon.DefaultMetricsAddr {
 				t.Errorf("data dir %q, netns dir %q, metrics addr %q differ from the daemon's defaults",
 					o.DataDir, o.NetnsDir, o.MetricsAddr)
 			}
 			if wantEndpoint := "unix://" + wantSocket; o.CRIEndpoint != wantEndpoint {
 				t.Errorf("--cri-endpoint=%s, want %s", o.CRIEndpoint, wantEndpoint)
 			}
-			if wantSocket == containerdSocket && o.CRIEndpoint != gc.DefaultCRIEndpoint {
-				t.Errorf("containerd endpoint %s differs from the daemon's default %s", o.CRIEndpoint, gc.DefaultCRIEndpoint)
+			if wantSocket == containerdSocket && o.CRIEndpoint != daemon.DefaultCRIEndpoint {
+				t.Errorf("containerd endpoint %s differs from the daemon's default %s", o.CRIEndpoint, daemon.DefaultCRIEndpoint)
 			}
 
 			// Host paths: the same path inside as on the host.
@@ -384,7 +384,7 @@ func TestDockerfile(t *testing.T) {
 		"ENV CGO_ENABLED=0",
 		"-o /out/hostlease ./cmd/ipam",
 		"-o /out/hostlease-gc ./cmd/ipam-gc",
-		"-X github.com/hostlease/hostlease/pkg/gc.Version=${VERSION}",
+		"-X github.com/hostlease/hostlease/pkg/daemon.Version=${VERSION}",
 		"-X main.buildVersion=${VERSION}",
 		"COPY --from=build /out/hostlease /hostlease",
 		"COPY --from=build /out/hostlease-gc /hostlease-gc",

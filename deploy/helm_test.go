@@ -27,7 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 const (
@@ -328,10 +328,10 @@ func TestChartValuesReachTheDaemon(t *testing.T) {
 	pod := ds.Spec.Template.Spec
 	gcC := container(t, pod.Containers, "hostlease-gc")
 	o := parseRunArgs(t, gcC)
-	want := gc.Options{CRIEndpoint: "unix://" + socket, DataDir: dataDir, Interval: 10 * time.Second, Misses: 5,
+	want := daemon.Options{CRIEndpoint: "unix://" + socket, DataDir: dataDir, Interval: 10 * time.Second, Misses: 5,
 		Grace: time.Minute, MinAge: 4*time.Minute + 30*time.Second, NetnsGrace: 2 * time.Second, MaxReclaimFraction: 0.25,
 		DryRun: true, MetricsAddr: "[fd00::1]:19734", NodeName: "node-a", NoAPI: true, LogFormat: "json", LogLevel: "info",
-		NetnsDir: netnsDir, ProcDir: gc.DefaultProcDir, HTTP: gc.RegisterRunFlags(flag.NewFlagSet("defaults", flag.ContinueOnError)).HTTP}
+		NetnsDir: netnsDir, ProcDir: daemon.DefaultProcDir, HTTP: daemon.RegisterRunFlags(flag.NewFlagSet("defaults", flag.ContinueOnError)).HTTP}
 	if *o != want {
 		t.Errorf("the daemon would run with\n  %+v\nwant\n  %+v", *o, want)
 	}

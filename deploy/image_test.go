@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 )
 
 // The image hack/image.sh builds without docker (what the e2e suites import

@@ -24,21 +24,21 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/pool"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // Metric names: the rules and the dashboard use only what the daemon exports.
 
-// exportedNames builds the daemon's collector with gc.NewMetrics, gives it
+// exportedNames builds the daemon's collector with daemon.NewMetrics, gives it
 // the report of a sweep over one network (one range set, one exhaustion) so
 // that every metric has a sample, scrapes it over HTTP and returns the names
 // a query may use (histograms with their _bucket/_sum/_count series).
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	m := gc.NewMetrics(reg)
-	m.Observe(&gc.SweepReport{Result: gc.SweepOK, CRIReached: true, Networks: []*gc.NetworkReport{{Network: "n",
-		Snapshot: &gc.Snapshot{RangeSets: make([]allocator.StoredRangeSet, 1),
+	m := daemon.NewMetrics(reg)
+	m.Observe(&daemon.SweepReport{Result: daemon.SweepOK, CRIReached: true, Networks: []*daemon.NetworkReport{{Network: "n",
+		Snapshot: &daemon.Snapshot{RangeSets: make([]allocator.StoredRangeSet, 1),
 			Usage:       []pool.Usage{{RangeSet: 0, Size: big.NewInt(4)}},
 			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 1, Last: time.Unix(1700000000, 0)}}}}}}, time.Now())
 	descs := make(chan *prometheus.Desc, 100)
@@ -46,7 +46,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	close(descs)
 	populated := len(descs)
 	if populated == 0 {
-		t.Fatal("gc.Metrics describes no metric")
+		t.Fatal("daemon.Metrics describes no metric")
 	}
 
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -37,7 +37,7 @@ func TestRBAC(t *testing.T) {
 			}
 		}
 	}
-	// Exactly what pkg/gc/kube.go uses (a node-filtered pod informer, Events
+	// Exactly what pkg/daemon/kube.go uses (a node-filtered pod informer, Events
 	// created); e2e/k8s checks the same against a real API server.
 	want := []string{
 		fmt.Sprint(grant{"", "events", "create"}),

@@ -22,7 +22,7 @@ import (
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -188,7 +188,7 @@ func (n *testNet) records(t *testing.T) []*allocator.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, damaged, err := gc.DecodeList(out)
+	list, damaged, err := daemon.DecodeList(out)
 	if err != nil {
 		t.Fatalf("hostlease-gc list -o json does not decode into its rows: %v\n%s", err, out)
 	}
@@ -215,7 +215,7 @@ func byIP(recs []*allocator.Record) map[string]*allocator.Record {
 // pool is one range set of a network, as `hostlease-gc status -o json` shows
 // it, with its sizes as numbers.
 type pool struct {
-	gc.PoolRow
+	daemon.PoolRow
 	Size, Free float64
 }
 
@@ -226,7 +226,7 @@ func (n *testNet) pool(t *testing.T) pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := gc.DecodeRows[gc.PoolRow](out)
+	rows, err := daemon.DecodeRows[daemon.PoolRow](out)
 	if err != nil {
 		t.Fatalf("hostlease-gc status -o json does not decode into its rows: %v\n%s", err, out)
 	}
@@ -262,7 +262,7 @@ func (n *testNet) readAudit() ([]allocator.AuditEvent, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := gc.DecodeRows[gc.AuditRow](out)
+	rows, err := daemon.DecodeRows[daemon.AuditRow](out)
 	if err != nil {
 		return nil, fmt.Errorf("hostlease-gc audit -o json does not decode into its rows: %w\n%s", err, out)
 	}

@@ -76,7 +76,7 @@ CHART_VERSION=${CHART_VERSION:-$(semver "$VERSION")} ||
 DIST=${DIST:-dist}
 IMAGE=${IMAGE:-ghcr.io/hostlease/hostlease}
 ARCHES=${ARCHES:-amd64 arm64}
-LDFLAGS=${LDFLAGS:--s -w -X main.buildVersion=$VERSION -X github.com/hostlease/hostlease/pkg/gc.Version=$VERSION}
+LDFLAGS=${LDFLAGS:--s -w -X main.buildVersion=$VERSION -X github.com/hostlease/hostlease/pkg/daemon.Version=$VERSION}
 export CGO_ENABLED=0 GOFLAGS=${GOFLAGS:--buildvcs=false} GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 mkdir -p "$DIST"

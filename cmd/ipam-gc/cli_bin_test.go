@@ -17,8 +17,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/hostlease/hostlease/internal/fakecri"
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 )
 
 // The tests in cli_*_test.go exec the built binaries: hostlease-gc, the
@@ -224,7 +224,7 @@ func assertTerminalSafe(t *testing.T, what, out string) {
 	}
 }
 
-// startCRI serves a real gRPC CRI runtime (internal/fakecri) on a unix
+// startCRI serves a real gRPC CRI runtime (internal/testing/fakecri) on a unix
 // socket in a short temporary directory (socket paths are limited to 108
 // bytes) for the rest of the test.
 func startCRI(t *testing.T) *fakecri.Server { return fakecri.StartForTest(t) }

@@ -14,10 +14,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // listEntry is one element of `list -o json`: a record, or a damaged record
@@ -29,7 +29,7 @@ type listEntry struct {
 func listJSON(t *testing.T, dataDir string) (map[netip.Addr]listEntry, int) {
 	t.Helper()
 	r := gcExec(t, "list", "--data-dir", dataDir, "-o", "json")
-	recs, damaged, err := gc.DecodeList([]byte(r.stdout))
+	recs, damaged, err := daemon.DecodeList([]byte(r.stdout))
 	if err != nil {
 		t.Fatalf("list -o json does not decode into its rows: %v\n%s", err, r)
 	}
@@ -79,7 +79,7 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 		t.Errorf("status with a damaged record: want exit %d and a DAMAGED row for %s\n%s", exitDamaged, b, r)
 	}
 	r = gcExec(t, "status", "--data-dir", dataDir, "-o", "json")
-	pools, err := gc.DecodeRows[gc.PoolRow]([]byte(r.stdout))
+	pools, err := daemon.DecodeRows[daemon.PoolRow]([]byte(r.stdout))
 	if err != nil || r.code != exitDamaged {
 		t.Fatalf("status -o json: %v\n%s", err, r)
 	}
@@ -130,7 +130,7 @@ func TestDamagedRecordListStatusRelease(t *testing.T) {
 }
 
 // rebuild on a store that opens but holds damaged records sets it aside and
-// rebuilds it (gc.RebuildStore) from the runtime and from what still
+// rebuilds it (daemon.RebuildStore) from the runtime and from what still
 // decodes: a damaged address a READY sandbox uses is recorded for it, one no
 // sandbox uses stays reserved (never handed out at once), every healthy
 // record (a pending ADD the runtime does not list yet included) is kept.

@@ -11,7 +11,7 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // cli runs hostlease-gc in-process and returns stdout, stderr and the exit code.
@@ -112,7 +112,7 @@ func (f *fixture) records(t *testing.T, network string) map[netip.Addr]allocator
 	if code != 0 {
 		t.Fatalf("list: exit %d: %s", code, errOut)
 	}
-	recs, _, err := gc.DecodeList([]byte(out))
+	recs, _, err := daemon.DecodeList([]byte(out))
 	if err != nil {
 		t.Fatalf("list -o json does not decode into its rows: %v\n%s", err, out)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // jsonNames lists the JSON names of t's fields as encoding/json writes them:
@@ -42,7 +42,7 @@ func jsonNames(t reflect.Type, prefix string) []string {
 
 // The `-o json` rows are what operators' scripts parse: their field names
 // (and whether a field is left out when empty) are pinned here, so that a
-// change to pkg/gc/rows.go or to the stored record that would break a script
+// change to pkg/daemon/rows.go or to the stored record that would break a script
 // fails a test. Adding a field means adding its name here; renaming one is a
 // breaking change of the CLI.
 func TestJSONRowNamesArePinned(t *testing.T) {
@@ -51,15 +51,15 @@ func TestJSONRowNamesArePinned(t *testing.T) {
 		typ  reflect.Type
 		want string
 	}{
-		{"status", reflect.TypeFor[gc.PoolRow](),
+		{"status", reflect.TypeFor[daemon.PoolRow](),
 			"network rangeSet ranges size,omitempty used free,omitempty pending leakCandidates exhaustions damaged ip,omitempty damage,omitempty note,omitempty error,omitempty readOnly,omitempty"},
-		{"leaks", reflect.TypeFor[gc.LeakRow](),
+		{"leaks", reflect.TypeFor[daemon.LeakRow](),
 			"network ip pod,omitempty sandbox state ageSeconds verdict reason detail"},
-		{"audit", reflect.TypeFor[gc.AuditRow](),
+		{"audit", reflect.TypeFor[daemon.AuditRow](),
 			"network time action reason,omitempty ip,omitzero containerID,omitempty ifName,omitempty pod,omitempty podUID,omitempty by,omitempty"},
-		{"list (damaged record)", reflect.TypeFor[gc.DamagedRow](),
+		{"list (damaged record)", reflect.TypeFor[daemon.DamagedRow](),
 			"ip network state error containerID,omitempty ifName,omitempty"},
-		{"list (record)", reflect.TypeFor[gc.ListRow](),
+		{"list (record)", reflect.TypeFor[daemon.ListRow](),
 			"ip prefixLen gateway,omitzero rangeSet containerID ifName network podNamespace,omitempty podName,omitempty podUID,omitempty " +
 				"netns,omitempty netnsWitness,omitzero netnsWitness.dir,omitzero netnsWitness.dir.dev netnsWitness.dir.ino netnsWitness.dir.handle,omitempty netnsWitness.existed,omitempty netnsWitness.netns,omitzero netnsWitness.netns.dev netnsWitness.netns.ino " +
 				"state source,omitempty created committed,omitzero obs,omitzero " +
@@ -72,7 +72,7 @@ func TestJSONRowNamesArePinned(t *testing.T) {
 	// list's rows are the stored record's fields, less the store's internal
 	// format version: a field added to the record shows here.
 	stored := slices.DeleteFunc(jsonNames(reflect.TypeFor[allocator.Record](), ""), func(n string) bool { return n == "v" })
-	if got := jsonNames(reflect.TypeFor[gc.ListRow](), ""); !slices.Equal(got, stored) {
+	if got := jsonNames(reflect.TypeFor[daemon.ListRow](), ""); !slices.Equal(got, stored) {
 		t.Errorf("list -o json fields\n  %s\ndiffer from the stored record's\n  %s", strings.Join(got, " "), strings.Join(stored, " "))
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostlease/hostlease/internal/fakecri"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // Without a usable CRI answer leaks cannot tell a leak from a live pod: it
@@ -87,7 +87,7 @@ func TestLeaksOnNodeShellCarriesOnWithoutAPI(t *testing.T) {
 	}
 
 	r = gcExec(t, "leaks", "--no-api", "--data-dir", dataDir, "--cri-endpoint", cri.Endpoint(), "-o", "json")
-	got, err := gc.DecodeRows[gc.LeakRow]([]byte(r.stdout))
+	got, err := daemon.DecodeRows[daemon.LeakRow]([]byte(r.stdout))
 	if err != nil || r.code != 0 || strings.TrimSpace(r.stderr) != "" {
 		t.Fatalf("leaks --no-api -o json: %v\n%s", err, r)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // The CLI behaves as the tools around it (kubectl, helm): help on stdout
@@ -85,7 +85,7 @@ func TestOutputFormats(t *testing.T) {
 		t.Fatal(r) // an audit entry
 	}
 	r := gcExec(t, "status", "-d", f.dir, "-o", "yaml")
-	var pools []gc.PoolRow
+	var pools []daemon.PoolRow
 	if err := yaml.UnmarshalStrict([]byte(r.stdout), &pools); err != nil || r.code != 0 || len(pools) != 3 || pools[2].Size != "17" || pools[0].Used != 2 {
 		t.Errorf("status -o yaml: %v %+v\n%s", err, pools, r)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 func TestEscape(t *testing.T) {
@@ -77,7 +77,7 @@ func TestTextOutputEscapesStoredValues(t *testing.T) {
 
 	// JSON stays exact.
 	r = gcExec(t, "list", "--data-dir", dataDir, "-o", "json")
-	recs, _, err := gc.DecodeList([]byte(r.stdout))
+	recs, _, err := daemon.DecodeList([]byte(r.stdout))
 	if err != nil || r.code != 0 {
 		t.Fatalf("list -o json: %v\n%s", err, r)
 	}

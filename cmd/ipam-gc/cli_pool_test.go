@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // A /64 (and any range too large for a float64 to count in ones) prints its
@@ -35,7 +35,7 @@ func TestLargeIPv6PoolSizeExact(t *testing.T) {
 		}
 
 		r = gcExec(t, "status", "--data-dir", dataDir, "-o", "json")
-		pools, err := gc.DecodeRows[gc.PoolRow]([]byte(r.stdout))
+		pools, err := daemon.DecodeRows[daemon.PoolRow]([]byte(r.stdout))
 		if err != nil || len(pools) != 2 {
 			t.Fatalf("status -o json: %v\n%s", err, r)
 		}

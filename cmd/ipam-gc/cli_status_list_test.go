@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // status and list, as tables and as JSON, over the shared fixture.
@@ -37,7 +37,7 @@ func TestStatusTableAndJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status -o json: exit %d: %s", code, errOut)
 	}
-	pools, err := gc.DecodeRows[gc.PoolRow]([]byte(out))
+	pools, err := daemon.DecodeRows[daemon.PoolRow]([]byte(out))
 	if err != nil {
 		t.Fatalf("status -o json does not decode into its rows: %v\n%s", err, out)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // maxAuditLimit is the most entries a store keeps (its audit log is bounded),
@@ -51,12 +51,12 @@ func auditCmd(stdout, stderr io.Writer) *cobra.Command {
 }
 
 // findAudit reads the newest limit entries of each selected store.
-func findAudit(dataDir, network string, limit int, stderr io.Writer) (rows []gc.AuditRow, failed, err error) {
+func findAudit(dataDir, network string, limit int, stderr io.Writer) (rows []daemon.AuditRow, failed, err error) {
 	files, err := selectStores(dataDir, network)
 	if err != nil {
 		return nil, nil, err
 	}
-	rows = []gc.AuditRow{}
+	rows = []daemon.AuditRow{}
 	unreadable := 0
 	for _, f := range files {
 		name, evs, err := readAudit(f.Path, limit)
@@ -69,7 +69,7 @@ func findAudit(dataDir, network string, limit int, stderr io.Writer) (rows []gc.
 			name = f.Network
 		}
 		for _, ev := range evs {
-			rows = append(rows, gc.AuditRow{Network: name, AuditEvent: ev})
+			rows = append(rows, daemon.AuditRow{Network: name, AuditEvent: ev})
 		}
 	}
 	if unreadable > 0 {
@@ -79,7 +79,7 @@ func findAudit(dataDir, network string, limit int, stderr io.Writer) (rows []gc.
 }
 
 // auditTable is audit's table; wide shows whole sandbox IDs and pod UIDs.
-func auditTable(rows []gc.AuditRow) tableFunc {
+func auditTable(rows []daemon.AuditRow) tableFunc {
 	return func(wide bool) ([]string, [][]string) {
 		header := []string{"TIME", "NETWORK", "ACTION", "IP", "SANDBOX", "IFNAME", "POD", "BY", "REASON"}
 		id := shortID

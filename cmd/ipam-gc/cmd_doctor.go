@@ -21,7 +21,7 @@ import (
 
 	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator/netconf"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // doctorFlags are the daemon's flags doctor checks the node against: the
@@ -41,7 +41,7 @@ func (f finding) String() string { return f.where + ": " + f.problem + "; fix: "
 // plugin's type (its file name in the bin dir) and the daemon's options.
 type doctorSetup struct {
 	confDir, binDir, pluginType string
-	daemon                      *gc.Options
+	daemon                      *daemon.Options
 }
 
 func doctorCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -285,8 +285,8 @@ func (s doctorSetup) checkPluginVersion() []finding {
 	if len(f) < 2 || f[0] != "hostlease" {
 		return []finding{{path, fmt.Sprintf("not a hostlease plugin (it says %q)", line), "hostlease-gc install-cni --to " + s.binDir}}
 	}
-	if f[1] != gc.Version {
-		return []finding{{path, fmt.Sprintf("plugin version %s, daemon version %s", f[1], gc.Version),
+	if f[1] != daemon.Version {
+		return []finding{{path, fmt.Sprintf("plugin version %s, daemon version %s", f[1], daemon.Version),
 			"install the plugin of the daemon's release: hostlease-gc install-cni --to " + s.binDir}}
 	}
 	return nil
@@ -304,7 +304,7 @@ func checkDataDir(dir string) (int, []finding) {
 		return 0, []finding{{dir, "the data dir is refused: " + err.Error(), "make it a directory owned by root, not writable by group or others, not a symlink"}}
 	}
 	d.Close()
-	files, err := gc.FindStores(dir)
+	files, err := daemon.FindStores(dir)
 	if err != nil {
 		return 0, []finding{{dir, err.Error(), "make the data dir readable"}}
 	}

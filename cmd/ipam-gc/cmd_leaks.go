@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // apiViewNote says what the Kubernetes API view adds to `leaks` and how to
@@ -72,7 +72,7 @@ func leaksCmd(stdout, stderr io.Writer) *cobra.Command {
 	return c
 }
 
-func checkLeaksArgs(o *gc.Options, out *output) error {
+func checkLeaksArgs(o *daemon.Options, out *output) error {
 	if err := out.check(); err != nil {
 		return err
 	}
@@ -86,25 +86,25 @@ func checkLeaksArgs(o *gc.Options, out *output) error {
 }
 
 // sweepDry runs one dry sweep with o and returns its report.
-func sweepDry(o *gc.Options, stderr io.Writer) (*gc.SweepReport, error) {
+func sweepDry(o *daemon.Options, stderr io.Writer) (*daemon.SweepReport, error) {
 	o.DryRun = true
-	cri, err := gc.DialCRI(o.CRIEndpoint)
+	cri, err := daemon.DialCRI(o.CRIEndpoint)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	defer cri.Close()
-	var kube *gc.Kube
+	var kube *daemon.Kube
 	switch {
 	case o.NoAPI:
 	case o.NodeName == "":
 		printf(stderr, "hostlease-gc leaks: no --node-name (or NODE_NAME): %s", apiViewNote)
 	default:
-		kube, err = gc.KubeFromOptions(o)
+		kube, err = daemon.KubeFromOptions(o)
 		if err != nil {
 			printf(stderr, "hostlease-gc leaks: no API server (%v): %s", err, apiViewNote)
 		}
 	}
-	s := &gc.Sweeper{Opts: o, CRI: cri, Kube: kube, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &daemon.Sweeper{Opts: o, CRI: cri, Kube: kube, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return s.Sweep(ctx), nil
@@ -113,9 +113,9 @@ func sweepDry(o *gc.Options, stderr io.Writer) (*gc.SweepReport, error) {
 // leakRows turns a dry sweep's report into leaks' rows (candidates only,
 // unless all), reporting on stderr what the report says could not be seen.
 // failed lists why the answer is incomplete; damaged counts damaged records.
-func leakRows(rep *gc.SweepReport, all bool, stderr io.Writer) (rows []gc.LeakRow, failed []string, damaged int) {
+func leakRows(rep *daemon.SweepReport, all bool, stderr io.Writer) (rows []daemon.LeakRow, failed []string, damaged int) {
 	now := time.Now()
-	rows = []gc.LeakRow{}
+	rows = []daemon.LeakRow{}
 	for _, nr := range rep.Networks {
 		if nr.Err != nil {
 			printf(stderr, "hostlease-gc leaks: network %s: %s", nr.Network, storeErr(nr.Network, nr.Err))
@@ -130,11 +130,11 @@ func leakRows(rep *gc.SweepReport, all bool, stderr io.Writer) (rows []gc.LeakRo
 				continue
 			}
 			verdict := "keep"
-			if d.Action == gc.Reclaim {
+			if d.Action == daemon.Reclaim {
 				verdict = "reclaim"
 			}
 			r := d.Record
-			rows = append(rows, gc.LeakRow{Network: nr.Network, IP: r.IP.String(), Pod: r.PodRef(), Sandbox: r.ContainerID,
+			rows = append(rows, daemon.LeakRow{Network: nr.Network, IP: r.IP.String(), Pod: r.PodRef(), Sandbox: r.ContainerID,
 				State: string(r.State), AgeSeconds: ageSeconds(now.Sub(r.Created)), Verdict: verdict, Reason: string(d.Reason), Detail: d.Detail})
 		}
 	}
@@ -151,7 +151,7 @@ func leakRows(rep *gc.SweepReport, all bool, stderr io.Writer) (rows []gc.LeakRo
 }
 
 // leakTable is leaks' table; wide adds the reason code and whole sandbox IDs.
-func leakTable(rows []gc.LeakRow) tableFunc {
+func leakTable(rows []daemon.LeakRow) tableFunc {
 	return func(wide bool) ([]string, [][]string) {
 		header := []string{"NETWORK", "IP", "POD", "SANDBOX", "STATE", "AGE", "NEXT SWEEP", "WHY"}
 		id := shortID

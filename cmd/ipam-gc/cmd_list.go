@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 func listCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -79,14 +79,14 @@ func listRows(views []*storeView) []any {
 	all := []any{}
 	for _, v := range views {
 		for _, r := range v.Records {
-			all = append(all, gc.NewListRow(r))
+			all = append(all, daemon.NewListRow(r))
 		}
 		for _, d := range v.Damaged {
 			ip := ""
 			if d.IP.IsValid() {
 				ip = d.IP.String()
 			}
-			all = append(all, gc.DamagedRow{IP: ip, Network: v.Network, State: gc.DamagedState, Error: damagedErr(d),
+			all = append(all, daemon.DamagedRow{IP: ip, Network: v.Network, State: daemon.DamagedState, Error: damagedErr(d),
 				ContainerID: d.ContainerID, IfName: d.IfName})
 		}
 	}
@@ -133,7 +133,7 @@ func listTable(views []*storeView) tableFunc {
 // dir must exist: a mistyped path is an error, never an empty answer. A
 // network's store is found where the plugin puts it (store.FilePath),
 // not by guessing a name back from file names.
-func selectStores(dataDir, network string) ([]gc.StoreFile, error) {
+func selectStores(dataDir, network string) ([]daemon.StoreFile, error) {
 	if network != "" {
 		if err := checkNetwork(network); err != nil {
 			return nil, err
@@ -147,9 +147,9 @@ func selectStores(dataDir, network string) ([]gc.StoreFile, error) {
 		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no store for network %q under %s", network, dataDir)
 		}
-		return []gc.StoreFile{{Network: network, Path: path}}, nil
+		return []daemon.StoreFile{{Network: network, Path: path}}, nil
 	}
-	return gc.FindStores(dataDir)
+	return daemon.FindStores(dataDir)
 }
 
 func shortID(id string) string {

@@ -11,11 +11,11 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // rebuildCmd sets a network's store aside and rebuilds it with
-// gc.RebuildStore, the daemon's engine: from the runtime's sandboxes and from
+// daemon.RebuildStore, the daemon's engine: from the runtime's sandboxes and from
 // whatever of the old store can still be read (records that decode are kept,
 // damaged ones keep their addresses reserved).
 //   - a store bbolt cannot open, or one holding damaged records, is rebuilt
@@ -41,7 +41,7 @@ func rebuildCmd(stdout io.Writer) *cobra.Command {
 	}
 	dataDir := dataDirFlag(c)
 	network := networkFlag(c, "the network whose store to rebuild (required)")
-	endpoint := c.Flags().String("cri-endpoint", gc.DefaultCRIEndpoint, "CRI runtime endpoint (unix socket)")
+	endpoint := c.Flags().String("cri-endpoint", daemon.DefaultCRIEndpoint, "CRI runtime endpoint (unix socket)")
 	force := c.Flags().BoolP("force", "f", false, "rebuild a store that is healthy or has a damaged page (addresses only that page records stay reserved for nobody)")
 	c.RunE = func(*cobra.Command, []string) error {
 		if *network == "" {
@@ -62,10 +62,10 @@ func rebuildCmd(stdout io.Writer) *cobra.Command {
 // findRebuild reads the network's store and decides whether it may be
 // rebuilt: it returns the store, what of it could be read (nil if nothing)
 // and its range sets, or why not.
-func findRebuild(dataDir, network string, force bool) (gc.StoreFile, *storeView, []allocator.StoredRangeSet, error) {
+func findRebuild(dataDir, network string, force bool) (daemon.StoreFile, *storeView, []allocator.StoredRangeSet, error) {
 	files, err := selectStores(dataDir, network)
 	if err != nil {
-		return gc.StoreFile{}, nil, nil, err
+		return daemon.StoreFile{}, nil, nil, err
 	}
 	f := files[0]
 	view, readErr := readStore(f)
@@ -86,8 +86,8 @@ func findRebuild(dataDir, network string, force bool) (gc.StoreFile, *storeView,
 }
 
 // applyRebuild lists the runtime's sandboxes and rebuilds f with them.
-func applyRebuild(stdout io.Writer, f gc.StoreFile, view *storeView, sets []allocator.StoredRangeSet, endpoint string, force bool) error {
-	cri, err := gc.DialCRI(endpoint)
+func applyRebuild(stdout io.Writer, f daemon.StoreFile, view *storeView, sets []allocator.StoredRangeSet, endpoint string, force bool) error {
+	cri, err := daemon.DialCRI(endpoint)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -102,15 +102,15 @@ func applyRebuild(stdout io.Writer, f gc.StoreFile, view *storeView, sets []allo
 			}
 		}
 	}
-	crView, sandboxes := gc.ListView(ctx, cri, committed, time.Now())
+	crView, sandboxes := daemon.ListView(ctx, cri, committed, time.Now())
 	if !crView.Complete {
 		return fmt.Errorf("not rebuilding: %s", crView.Why)
 	}
-	when := gc.RebuildDamaged
+	when := daemon.RebuildDamaged
 	if force {
-		when = gc.RebuildAlways
+		when = daemon.RebuildAlways
 	}
-	aside, n, err := gc.RebuildStore(ctx, cri, f.Path, f.Network, sandboxes, sets, time.Now().UTC(), when, allocator.ByCLI("rebuild"))
+	aside, n, err := daemon.RebuildStore(ctx, cri, f.Path, f.Network, sandboxes, sets, time.Now().UTC(), when, allocator.ByCLI("rebuild"))
 	if err != nil {
 		return err
 	}

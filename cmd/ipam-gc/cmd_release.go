@@ -14,7 +14,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // stdin is where confirmations are read; tests replace it.
@@ -87,7 +87,7 @@ func releaseQueryOf(args []string, sandbox string) (releaseQuery, error) {
 // releaseTarget is what release found in one store: the records it shows and
 // will release, exactly as read.
 type releaseTarget struct {
-	f       gc.StoreFile
+	f       daemon.StoreFile
 	network string
 	recs    []*allocator.Record
 	damaged []allocator.DamagedRecord

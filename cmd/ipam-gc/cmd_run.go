@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 func runCmd(stderr io.Writer) *cobra.Command {
@@ -28,8 +28,8 @@ func runCmd(stderr io.Writer) *cobra.Command {
 		if err := o.Validate(); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
-		log := gc.NewLogger(o, stderr)
-		d, err := gc.NewDaemon(o, log)
+		log := daemon.NewLogger(o, stderr)
+		d, err := daemon.NewDaemon(o, log)
 		if err != nil {
 			return err
 		}

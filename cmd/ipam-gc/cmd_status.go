@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 func statusCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -43,18 +43,18 @@ func statusCmd(stdout, stderr io.Writer) *cobra.Command {
 // findPools reads every store under dataDir into status rows. failed is the
 // error the command ends with (an unreadable or unwritable store, damaged
 // records) once the rows are printed; err means nothing can be shown.
-func findPools(dataDir string) (rows []gc.PoolRow, failed, err error) {
+func findPools(dataDir string) (rows []daemon.PoolRow, failed, err error) {
 	files, err := selectStores(dataDir, "")
 	if err != nil {
 		return nil, nil, err
 	}
-	rows = []gc.PoolRow{}
+	rows = []daemon.PoolRow{}
 	unreadable, unwritable, damaged := 0, 0, 0
 	for _, f := range files {
 		snap, err := readStore(f)
 		if err != nil {
 			unreadable++
-			rows = append(rows, gc.PoolRow{Network: f.Network, RangeSet: -1, Error: storeErr(f.Network, err)})
+			rows = append(rows, daemon.PoolRow{Network: f.Network, RangeSet: -1, Error: storeErr(f.Network, err)})
 			continue
 		}
 		ro := ""
@@ -79,10 +79,10 @@ func findPools(dataDir string) (rows []gc.PoolRow, failed, err error) {
 // poolRows are one readable store's rows: one per range set (or one saying
 // its ranges are unknown), then one per damaged record. ro, when not empty,
 // is why the store cannot be written; every row of the store carries it.
-func poolRows(snap *storeView, ro string) []gc.PoolRow {
-	var rows []gc.PoolRow
+func poolRows(snap *storeView, ro string) []daemon.PoolRow {
+	var rows []daemon.PoolRow
 	for _, u := range snap.Usage {
-		row := gc.PoolRow{Network: snap.Network, RangeSet: u.RangeSet, Ranges: u.Desc, Size: u.Size.String(), Used: u.Used,
+		row := daemon.PoolRow{Network: snap.Network, RangeSet: u.RangeSet, Ranges: u.Desc, Size: u.Size.String(), Used: u.Used,
 			Free: u.Free().String(), Exhaustions: snap.Exhaustions[u.RangeSet].Count, ReadOnly: ro}
 		for _, d := range snap.Damaged {
 			if d.IP.IsValid() && snap.rangeSetOf(d.IP) == u.RangeSet {
@@ -96,7 +96,7 @@ func poolRows(snap *storeView, ro string) []gc.PoolRow {
 			if r.State == allocator.StatePending {
 				row.Pending++
 			}
-			if gc.IsLeakCandidate(r.Obs) {
+			if daemon.IsLeakCandidate(r.Obs) {
 				row.LeakCandidates++
 			}
 		}
@@ -107,18 +107,18 @@ func poolRows(snap *storeView, ro string) []gc.PoolRow {
 		if snap.RangesErr != nil {
 			note = "ranges unknown (" + snap.RangesErr.Error() + ") until the plugin's next ADD on this network"
 		}
-		rows = append(rows, gc.PoolRow{Network: snap.Network, RangeSet: -1, Used: len(snap.Records) + len(snap.Damaged),
+		rows = append(rows, daemon.PoolRow{Network: snap.Network, RangeSet: -1, Used: len(snap.Records) + len(snap.Damaged),
 			Damaged: len(snap.Damaged), Note: note, ReadOnly: ro})
 	}
 	for _, d := range snap.Damaged {
-		rows = append(rows, gc.PoolRow{Network: snap.Network, RangeSet: snap.rangeSetOf(d.IP), IP: damagedIP(d), Damage: damagedErr(d), ReadOnly: ro})
+		rows = append(rows, daemon.PoolRow{Network: snap.Network, RangeSet: snap.rangeSetOf(d.IP), IP: damagedIP(d), Damage: damagedErr(d), ReadOnly: ro})
 	}
 	return rows
 }
 
 // poolTable is status's table. Wide adds nothing hidden: every column shows
 // in both (status has no long values to shorten).
-func poolTable(rows []gc.PoolRow) tableFunc {
+func poolTable(rows []daemon.PoolRow) tableFunc {
 	return func(bool) ([]string, [][]string) {
 		var t [][]string
 		for _, r := range rows {

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 func versionString() string {
-	return fmt.Sprintf("hostlease-gc %s (%s)", gc.Version, runtime.Version())
+	return fmt.Sprintf("hostlease-gc %s (%s)", daemon.Version, runtime.Version())
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -80,7 +80,7 @@ func checkNetwork(name string) error {
 }
 
 // checkCRIEndpoint verifies --cri-endpoint names a unix socket (the only
-// transport CRI runtimes serve and gc.DialCRI speaks), before anything else
+// transport CRI runtimes serve and daemon.DialCRI speaks), before anything else
 // is looked at.
 func checkCRIEndpoint(endpoint string) error {
 	switch {

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // checkFiniteFlags refuses NaN and infinities in every number flag of every
@@ -33,12 +33,12 @@ func checkFiniteFlags(c *cobra.Command, _ []string) error {
 	return bad
 }
 
-// daemonFlags registers, on c, the daemon's flags (gc.RegisterRunFlags, the
+// daemonFlags registers, on c, the daemon's flags (daemon.RegisterRunFlags, the
 // one place their names and defaults live) whose names keep says, or all of
 // them when keep is nil, with the CLI's short forms.
-func daemonFlags(c *cobra.Command, keep map[string]bool) *gc.Options {
+func daemonFlags(c *cobra.Command, keep map[string]bool) *daemon.Options {
 	gfs := flag.NewFlagSet(c.Name(), flag.ContinueOnError)
-	o := gc.RegisterRunFlags(gfs)
+	o := daemon.RegisterRunFlags(gfs)
 	gfs.VisitAll(func(f *flag.Flag) {
 		if keep != nil && !keep[f.Name] {
 			return
@@ -56,7 +56,7 @@ var shorthands = map[string]string{"data-dir": "d", "network": "n"}
 
 // dataDirFlag registers --data-dir (-d).
 func dataDirFlag(c *cobra.Command) *string {
-	return c.Flags().StringP("data-dir", "d", gc.DefaultDataDir, "directory holding the plugin's <network>.db stores (the ipam dataDir, when the config names one)")
+	return c.Flags().StringP("data-dir", "d", daemon.DefaultDataDir, "directory holding the plugin's <network>.db stores (the ipam dataDir, when the config names one)")
 }
 
 // networkFlag registers --network (-n).

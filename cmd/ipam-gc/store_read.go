@@ -12,7 +12,7 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/pool"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // cliLockTimeout is how long a CLI command waits for a store a plugin holds.
@@ -33,7 +33,7 @@ type storeView struct {
 }
 
 // readStore opens f read-only, reads it in one transaction and closes it.
-func readStore(f gc.StoreFile) (*storeView, error) {
+func readStore(f daemon.StoreFile) (*storeView, error) {
 	st, err := store.Open(f.Path, store.OpenOptions{ReadOnly: true, LockTimeout: cliLockTimeout})
 	if err != nil {
 		return nil, err

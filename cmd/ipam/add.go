@@ -103,7 +103,7 @@ func reserve(s *store.Store, c *netconf.Config, req allocator.AllocateRequest) (
 		// While imported host-local records remain, those whose file
 		// host-local's own DEL removed are released (one cursor step once
 		// none remain).
-		if out.vanished, err = allocator.ReleaseVanishedHostLocal(tx, hlDir, allocator.ByPlugin, req.Now); err != nil {
+		if out.vanished, err = allocator.ReleaseHostLocalGone(tx, hlDir, allocator.ByPlugin, req.Now); err != nil {
 			return err
 		}
 		out.recs, out.aerr = allocator.Allocate(tx, req)

@@ -151,7 +151,7 @@ func delReadOnly(c *netconf.Config, args *skel.CmdArgs, log func() *slog.Logger,
 	var recs []*allocator.Record
 	var notes txNotes
 	err = s.View(func(tx *store.Tx) error {
-		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
+		recs, err = allocator.AttachmentRecords(tx, args.ContainerID, args.IfName)
 		notes = notesOf(tx)
 		return err
 	})

@@ -100,7 +100,7 @@ func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, 
 	var recs []*allocator.Record
 	var notes txNotes
 	err = s.View(func(tx *store.Tx) error {
-		recs, err = allocator.Held(tx, args.ContainerID, args.IfName)
+		recs, err = allocator.AttachmentRecords(tx, args.ContainerID, args.IfName)
 		if err == nil && len(recs) == 0 {
 			// In a store exported to host-local, what host-local reserved
 			// for this attachment before the next write merges it.

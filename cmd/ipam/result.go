@@ -14,16 +14,14 @@ import (
 // For the result an IPAM ADD returns at CNI 1.0.0 or 1.1.0 it writes the
 // bytes itself: types.PrintResult marshals the result, decodes it into a map
 // (to drop an empty "dns") and marshals that again, all through reflection
-// whose per-type caches every exec builds from nothing. Measured gain (make
-// bench, the same code built with -tags nofastencode interleaved,
-// docs/benchmarks.md "Fast paths", three runs): 4-14 % of an ADD's CPU time
-// (0.09-0.17 ms of ~2 ms) at every occupancy, the least of any run's time
-// chunks 0.96 (a DEL, which prints nothing: 0.98-1.05); its wall-time gain
-// alone is within the shared machine's noise (with the reader's, 14-24 % of
-// an ADD's p50).
+// whose per-type caches every exec builds from nothing. make bench measures
+// the gain against the same code built with -tags nofastencode
+// (docs/benchmarks.md, "Fast paths").
 // Anything else (older versions, interfaces, rarer route fields) goes to
-// types.PrintResult. TestPrintResultMatchesCNI compares the two, and
-// test/differential an ADD's bytes with host-local's.
+// types.PrintResult. TestPrintResultMatchesCNI compares the two,
+// TestEncoderKnowsEveryResultField pins every field of the CNI result types
+// to what the encoder does with it, and test/differential compares an ADD's
+// bytes with host-local's.
 func printResult(r *current.Result, cniVersion string) error {
 	if fastEncode {
 		if b, ok := encodeResult(r, cniVersion); ok {

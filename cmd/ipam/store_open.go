@@ -24,8 +24,8 @@ import (
 // unknown container, a GC) is silent and a line means something needs a
 // look. What a call changed is in the store's audit log. The logger is made
 // only when there is something to log: slog formats a logger's attributes as
-// soon as it is made, which would cost every exec (measured 44 us of CPU per
-// DEL that logs nothing, d8bbcda).
+// soon as it is made, which would cost every exec (docs/benchmarks.md, "What
+// was changed for performance").
 func logWith(attrs ...any) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
 		With(append([]any{"plugin", "hostlease"}, attrs...)...)

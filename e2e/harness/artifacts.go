@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 )
 
 // ModulePath is the project's module path; RepoRoot looks for its go.mod.
@@ -144,7 +144,7 @@ func RepoRoot() (string, error) {
 }
 
 // BuildGoBinary builds a main package (its import path) into out, the way
-// every test package builds what it execs (internal/testbin).
+// every test package builds what it execs (internal/testing/testbin).
 func BuildGoBinary(pkg, out string) error {
 	return testbin.Build(filepath.Dir(out), map[string]string{filepath.Base(out): pkg})
 }

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/promtext"
+	"github.com/hostlease/hostlease/internal/testing/promtext"
 )
 
 // DaemonOptions say how to run `hostlease-gc run` against an env.

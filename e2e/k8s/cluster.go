@@ -411,7 +411,7 @@ rules:
 		"--profiling=false", "--v=1"}, nil); err != nil {
 		return err
 	}
-	if err := c.waitFor("apiserver /readyz", 90*time.Second, func() error {
+	if err := c.waitFor("apiserver /readyz", bringUpTimeout, func() error {
 		_, err := c.Kubectl("get", "--raw=/readyz")
 		return err
 	}); err != nil {
@@ -429,7 +429,7 @@ rules:
 		return err
 	}
 	// Pods are refused until the namespace's default ServiceAccount exists.
-	return c.waitFor("default ServiceAccount", 90*time.Second, func() error {
+	return c.waitFor("default ServiceAccount", bringUpTimeout, func() error {
 		_, err := c.Kubectl("-n", "default", "get", "serviceaccount", "default")
 		return err
 	})
@@ -462,6 +462,14 @@ func (c *Cluster) ensureBridge(name, addr string) error {
 	}
 	return nil
 }
+
+// bringUpTimeout bounds the wait for a component of the node to come up
+// (the apiserver's post-start hooks, the default ServiceAccount, the Node
+// object, containerd's socket). It judges the machine, not hostlease: a
+// component that exits fails the wait at once (waitFor watches every process
+// it started), so the bound only has to outlast a loaded machine's start
+// (docs/testing.md: the apiserver's bootstrap hooks on a loaded machine).
+const bringUpTimeout = 5 * time.Minute
 
 func (c *Cluster) waitFor(what string, timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
@@ -535,7 +543,7 @@ func (c *Cluster) startNode() error {
 	if err := c.StartKubelet(); err != nil {
 		return err
 	}
-	return c.waitFor("Node "+NodeName+" registered", 120*time.Second, func() error {
+	return c.waitFor("Node "+NodeName+" registered", bringUpTimeout, func() error {
 		_, err := c.Kubectl("get", "node", NodeName)
 		return err
 	})
@@ -658,7 +666,7 @@ func (c *Cluster) StartContainerd() error {
 	if _, err := c.start("containerd", c.inNS(c.Art.Containerd, "--config", filepath.Join(Root, "containerd.toml")), []string{path}); err != nil {
 		return err
 	}
-	return c.waitFor("containerd", 60*time.Second, func() error {
+	return c.waitFor("containerd", bringUpTimeout, func() error {
 		_, err := c.Ctr("version")
 		return err
 	})

@@ -22,7 +22,7 @@ import (
 
 const gcServiceAccount = "system:serviceaccount:hostlease-system:hostlease-gc"
 
-// gcAPIGrants is what hostlease-gc asks the API server for (pkg/gc/kube.go):
+// gcAPIGrants is what hostlease-gc asks the API server for (pkg/daemon/kube.go):
 // a node-filtered pod informer (list + watch) and Events (create). RBAC must
 // grant exactly this.
 var gcAPIGrants = map[string][]string{

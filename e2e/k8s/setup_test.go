@@ -262,9 +262,21 @@ func deleteNamespace(t testing.TB, c *Cluster, ns string) {
 		t.Errorf("delete namespace %s: %v", ns, err)
 		return
 	}
-	waitUntil(t, 3*time.Minute, "namespace "+ns+" gone", func() (bool, string) {
+	// The bound judges the machine (a loaded node's kubelet and API server
+	// deleting many pods); what would judge hostlease, a DEL that fails, is
+	// named in the message: the pods left and the failure Events that blame
+	// a network (blame.go).
+	var described time.Time
+	waitUntil(t, bringUpTimeout, "namespace "+ns+" gone", func() (bool, string) {
 		_, err := c.Kubectl("get", "namespace", ns)
-		return err != nil && strings.Contains(err.Error(), "NotFound"), "still there"
+		if err != nil && strings.Contains(err.Error(), "NotFound") {
+			return true, ""
+		}
+		if time.Since(described) < 15*time.Second {
+			return false, ""
+		}
+		described = time.Now()
+		return false, namespaceLeftovers(c, ns)
 	})
 	waitUntil(t, 2*time.Minute, "sandboxes of "+ns+" stopped", func() (bool, string) {
 		sbs, err := c.Sandboxes()
@@ -279,6 +291,31 @@ func deleteNamespace(t testing.TB, c *Cluster, ns string) {
 		return true, ""
 	})
 	t.Logf("namespace %s deleted in %v", ns, time.Since(t0).Round(100*time.Millisecond))
+}
+
+// namespaceLeftovers describes what keeps a deleted namespace: its pods
+// (name, phase) and the failure Events that blame a network or plugin.
+func namespaceLeftovers(c *Cluster, ns string) string {
+	pods, err := c.Kubectl("-n", ns, "get", "pods", "--no-headers", "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase")
+	if err != nil {
+		pods = err.Error()
+	}
+	desc := "still there; pods: " + strings.Join(strings.Fields(pods), " ")
+	out, err := c.Kubectl("-n", ns, "get", "events", "-o", "json")
+	if err != nil {
+		return desc
+	}
+	var list struct {
+		Items []failureEvent `json:"items"`
+	}
+	if json.Unmarshal([]byte(out), &list) != nil {
+		return desc
+	}
+	network, _ := splitBlame(list.Items)
+	for _, ev := range network {
+		desc += "; " + ev.Reason + ": " + ev.Message
+	}
+	return desc
 }
 
 // fileMode returns a file's mode or fails.

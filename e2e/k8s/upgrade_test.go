@@ -56,7 +56,7 @@ func upgradeImage(c *Cluster) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	ldflags := "-s -w -X main.buildVersion=" + UpgradeVersion + " -X " + harness.ModulePath + "/pkg/gc.Version=" + UpgradeVersion
+	ldflags := "-s -w -X main.buildVersion=" + UpgradeVersion + " -X " + harness.ModulePath + "/pkg/daemon.Version=" + UpgradeVersion
 	for out, pkg := range map[string]string{"hostlease": "./cmd/ipam", "hostlease-gc": "./cmd/ipam-gc"} {
 		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", filepath.Join(dir, out), pkg)
 		cmd.Dir = root

@@ -8,15 +8,14 @@
 // that time sysmon wakes to look at it (every 20 us for the first
 // millisecond, then at doubling intervals); with one P the blocked P is
 // handed off at sysmon's first look and sysmon then sleeps until the call
-// returns. In a burst of pod starts (32 plugins at once on 2 CPUs, each
-// waiting tens of milliseconds for the store lock) one P saves each call
-// about 30 wake-ups and 0.35 ms of CPU (docs/benchmarks.md, "One P").
+// returns. In a burst of pod starts, each plugin waiting for the store lock,
+// one P saves each call those wake-ups and their CPU time (figures:
+// docs/benchmarks.md, "One P").
 //
 // The setting is made in an init function rather than in main so that the
 // packages initialised after it (the CNI libraries', encoding/json's, ...)
 // already run on one P: resizing drops the other P's cached memory spans,
-// and the fewer there are, the cheaper the resize (about 20 page faults when
-// done in main). Package initialisation runs a package once all its imports
+// and the fewer there are, the cheaper the resize. Package initialisation runs a package once all its imports
 // are initialised, earliest import path first; this package imports only
 // runtime, so it runs right after the runtime's own and a few others.
 //

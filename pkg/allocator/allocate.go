@@ -62,10 +62,7 @@ type AllocateRequest struct {
 // choices still match host-local's. An exhaustion is counted in the store.
 // The caller commits the transaction in both cases.
 func Allocate(tx Store, req AllocateRequest) ([]*Record, *types.Error) {
-	if err := tx.SetNetwork(req.Network); err != nil {
-		return nil, ioError(err)
-	}
-	if err := tx.SetRangeSets(req.RangeSets); err != nil {
+	if err := tx.Configure(req.Network, req.RangeSets); err != nil {
 		return nil, ioError(err)
 	}
 	// Requested addresses are a set, as in host-local: the same address asked
@@ -115,70 +112,19 @@ func Allocate(tx Store, req AllocateRequest) ([]*Record, *types.Error) {
 	return got, nil
 }
 
+// allocateOne reserves one address of range set idx for req.Owner: want
+// when it is valid, else the next free one.
 func allocateOne(tx Store, req AllocateRequest, judge *deathJudge, idx int, set StoredRangeSet, want netip.Addr) (*Record, *types.Error) {
 	var ip netip.Addr
-	ri := -1
+	var ri int
+	var cerr *types.Error
 	if want.IsValid() {
-		ri = rangeFor(set, want)
-		if want == set.Ranges[ri].Gateway {
-			return nil, types.NewError(ErrAddressUnavailable, fmt.Sprintf("requested ip %s is subnet's gateway", want), "")
-		}
-		if held := tx.HasRecord(want); tx.Taken(want) || held {
-			if held && !tx.Taken(want) {
-				if _, err := tx.RepairIndexes(fmt.Sprintf("ADD: requested %s has a record but the taken bitmap marked it free", want), req.Now); err != nil {
-					return nil, ioError(err)
-				}
-			}
-			return nil, types.NewError(ErrAddressUnavailable,
-				fmt.Sprintf("requested IP address %s is not available in range set %s", want, set.String()), "")
-		}
-		ip = want
+		ip, ri, cerr = want, rangeFor(set, want), checkRequested(tx, set, want, req.Now)
 	} else {
-		held, err := heldAny(tx, req.Owner.ContainerID, req.Owner.IfName)
-		if err != nil {
-			return nil, ioError(err)
-		}
-		for _, r := range held {
-			if rangeFor(set, r.IP) >= 0 {
-				return nil, types.NewError(ErrAddressUnavailable,
-					fmt.Sprintf("%s has been allocated to %s, duplicate allocation is not allowed", r.IP, req.Owner.ContainerID), "")
-			}
-		}
-		last, hasLast := tx.LastReserved(idx)
-		healed := false
-		for repaired := false; ; repaired = true {
-			var ok bool
-			ip, ri, ok = NextFree(set, last, hasLast, tx.Reserved())
-			if !ok && !healed {
-				healed = true
-				n, err := judge.releaseDead(tx, req.Now)
-				if err != nil {
-					return nil, ioError(err)
-				}
-				if n > 0 {
-					ip, ri, ok = NextFree(set, last, hasLast, tx.Reserved())
-				}
-			}
-			if !ok {
-				desc := set.String()
-				if err := tx.RecordExhaustion(idx, desc, req.Now); err != nil {
-					return nil, ioError(err)
-				}
-				return nil, types.NewError(ErrRangeExhausted, "no IP addresses available in range set: "+desc, "")
-			}
-			// The bitmap chose ip; the records decide (the store verifies). A
-			// record there means the bitmap lost its bit: rebuild the
-			// indexes from the records and choose again.
-			if !tx.HasRecord(ip) {
-				break
-			}
-			if repaired {
-				return nil, ioError(fmt.Errorf("taken bitmap still marks %s free after its repair from the records", ip))
-			}
-			if _, err := tx.RepairIndexes(fmt.Sprintf("ADD: %s has a record but the taken bitmap marked it free", ip), req.Now); err != nil {
-				return nil, ioError(err)
-			}
-		}
+		ip, ri, cerr = nextAddr(tx, req, judge, idx, set)
+	}
+	if cerr != nil {
+		return nil, cerr
 	}
 	r := set.Ranges[ri]
 	rec := &Record{
@@ -207,16 +153,70 @@ func allocateOne(tx Store, req AllocateRequest, judge *deathJudge, idx int, set 
 	return rec, nil
 }
 
-// heldAny returns the attachment's records together with the container's
+// checkRequested refuses a requested address that is the subnet's gateway
+// or is not free (Store.Free: the store verifies its bitmap).
+func checkRequested(tx Store, set StoredRangeSet, want netip.Addr, now time.Time) *types.Error {
+	if want == set.Ranges[rangeFor(set, want)].Gateway {
+		return types.NewError(ErrAddressUnavailable, fmt.Sprintf("requested ip %s is subnet's gateway", want), "")
+	}
+	free, err := tx.Free(want, now)
+	if err != nil {
+		return ioError(err)
+	}
+	if !free {
+		return types.NewError(ErrAddressUnavailable,
+			fmt.Sprintf("requested IP address %s is not available in range set %s", want, set.String()), "")
+	}
+	return nil
+}
+
+// nextAddr is the next free address of range set idx after its
+// round-robin point (Store.NextFree). The attachment may hold no address
+// in the range set already. A full range set is chosen from again after
+// the judge freed the records whose netns is torn down; one still full is
+// counted (RecordExhaustion) and refused.
+func nextAddr(tx Store, req AllocateRequest, judge *deathJudge, idx int, set StoredRangeSet) (netip.Addr, int, *types.Error) {
+	recs, err := attachmentRecordsAny(tx, req.Owner.ContainerID, req.Owner.IfName)
+	if err != nil {
+		return netip.Addr{}, 0, ioError(err)
+	}
+	for _, r := range recs {
+		if rangeFor(set, r.IP) >= 0 {
+			return netip.Addr{}, 0, types.NewError(ErrAddressUnavailable,
+				fmt.Sprintf("%s has been allocated to %s, duplicate allocation is not allowed", r.IP, req.Owner.ContainerID), "")
+		}
+	}
+	last, hasLast := tx.LastReserved(idx)
+	ip, ri, ok, err := tx.NextFree(set, last, hasLast, req.Now)
+	if err == nil && !ok {
+		var n int
+		if n, err = judge.releaseDead(tx, req.Now); err == nil && n > 0 {
+			ip, ri, ok, err = tx.NextFree(set, last, hasLast, req.Now)
+		}
+	}
+	if err != nil {
+		return netip.Addr{}, 0, ioError(err)
+	}
+	if !ok {
+		desc := set.String()
+		if err := tx.RecordExhaustion(idx, desc, req.Now); err != nil {
+			return netip.Addr{}, 0, ioError(err)
+		}
+		return netip.Addr{}, 0, types.NewError(ErrRangeExhausted, "no IP addresses available in range set: "+desc, "")
+	}
+	return ip, ri, nil
+}
+
+// attachmentRecordsAny returns the attachment's records together with the container's
 // ID-only records, in the order host-local's duplicate check finds them (its
 // directory walk: file names, i.e. address strings, in lexical order), so that
 // a refused duplicate ADD names the same address.
-func heldAny(tx Store, containerID, ifname string) ([]*Record, error) {
-	recs, err := tx.ByOwner(containerID, ifname)
+func attachmentRecordsAny(tx Store, containerID, ifname string) ([]*Record, error) {
+	recs, err := tx.Records(Query{Attachment: &Attachment{containerID, ifname}})
 	if err != nil || ifname == "" {
 		return recs, err
 	}
-	legacy, err := tx.ByOwner(containerID, "")
+	legacy, err := tx.Records(Query{Attachment: &Attachment{containerID, ""}})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestAllocateRoundRobinAndRecords(t *testing.T) {
@@ -108,7 +109,7 @@ func TestAllocateRequested(t *testing.T) {
 			}
 			var all []string
 			view(t, s, func(tx Store) error {
-				return tx.ForEach(func(r *Record) error { all = append(all, r.IP.String()); return nil })
+				return forEach(tx, func(r *Record) error { all = append(all, r.IP.String()); return nil })
 			})
 			wantAll := slices.Concat(kept, tc.want)
 			slices.SortFunc(wantAll, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
@@ -192,7 +193,7 @@ func TestAllocateDualStackPartialFailure(t *testing.T) {
 		"failed to allocate for range 1: no IP addresses available in range set: fd00::1-fd00::7")
 	eq(t, "c1 holds nothing", held(t, s, "c1", "eth0"), []string{})
 	view(t, s, func(tx Store) error {
-		if tx.Taken(netip.MustParseAddr("10.0.0.2")) {
+		if free, _ := tx.Free(netip.MustParseAddr("10.0.0.2"), time.Time{}); !free {
 			t.Error("the v4 address reserved before the failure was not released")
 		}
 		ex := tx.(*memStore).exhaustion

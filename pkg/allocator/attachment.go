@@ -6,3 +6,6 @@ type Attachment struct {
 	ContainerID string `json:"containerID"`
 	IfName      string `json:"ifname"`
 }
+
+// Attachment is the attachment r is reserved for.
+func (r *Record) Attachment() Attachment { return Attachment{r.ContainerID, r.IfName} }

@@ -41,7 +41,7 @@ const (
 	AuditIndexRepair    = "index-repair"
 	AuditDamagedRelease = "damaged-release"
 	// AuditHostLocalGone: an imported host-local reservation whose file
-	// host-local's own DEL removed since (ReleaseVanishedHostLocal).
+	// host-local's own DEL removed since (ReleaseHostLocalGone).
 	AuditHostLocalGone = "hostlocal-gone"
 	// AuditImportConflict: a host-local reservation file names an address
 	// the store holds for another attachment (or a damaged record): the
@@ -51,7 +51,7 @@ const (
 	// AuditLog's answer.
 	AuditDamagedEntry = "damaged-entry"
 
-	// Written by the daemon (pkg/gc): a leak reclaimed (through
+	// Written by the daemon (pkg/daemon): a leak reclaimed (through
 	// ReleaseRecord), an address a running sandbox uses re-reserved for it,
 	// a store rebuilt from the runtime.
 	AuditReclaim   = "reclaim"

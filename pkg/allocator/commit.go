@@ -7,7 +7,7 @@ import "time"
 // succeeded. It returns how many records changed. (Committing the store's
 // transaction is Store.Update's business, not this.)
 func MarkCommitted(tx Store, containerID, ifname string, now time.Time) (int, error) {
-	recs, err := Held(tx, containerID, ifname)
+	recs, err := AttachmentRecords(tx, containerID, ifname)
 	if err != nil {
 		return 0, err
 	}

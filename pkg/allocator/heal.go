@@ -3,7 +3,6 @@ package allocator
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -11,7 +10,7 @@ import (
 
 // Audit reasons (AuditEvent.Reason, Action AuditRelease, By "plugin") of the
 // plugin's releases of sandboxes whose netns the runtime has torn down. The
-// daemon reports each once (metric, pod Event; pkg/gc).
+// daemon reports each once (metric, pod Event; pkg/daemon).
 const (
 	// ReasonPodSandboxReplaced: an ADD for a pod found another sandbox of
 	// the same pod UID whose netns is provably gone (a retry, a restart).
@@ -23,32 +22,6 @@ const (
 
 // PluginReasons are the audit reasons of releases the plugin decides.
 var PluginReasons = []string{ReasonPodSandboxReplaced, ReasonNetnsGoneAtExhaustion}
-
-// NetnsView is the plugin's I/O on the runtime's view of the node: a
-// directory's identity (DirIDOf), an lstat of a netns path (nil: it is
-// there) and the namespaces something still holds (ReadNetnsHolders). None
-// opens a netns.
-type NetnsView interface {
-	DirID(dir string) (DirID, error)
-	Lstat(path string) error
-	Holders() (NetnsHolders, error)
-}
-
-// OSNetnsView is the NetnsView of the calling process (its /proc: the
-// runtime's pid namespace, which the plugin shares).
-type OSNetnsView struct{}
-
-// Holders is ReadNetnsHolders("/proc").
-func (OSNetnsView) Holders() (NetnsHolders, error) { return ReadNetnsHolders("/proc") }
-
-// DirID is DirIDOf(dir).
-func (OSNetnsView) DirID(dir string) (DirID, error) { return DirIDOf(dir) }
-
-// Lstat is os.Lstat(path)'s error.
-func (OSNetnsView) Lstat(path string) error {
-	_, err := os.Lstat(path)
-	return err
-}
 
 // PluginReleases is the plugin's whole rule for freeing a record it does not
 // own at ADD: the reason to release r, or "" to keep it. add is the ADD's
@@ -92,11 +65,11 @@ type deathJudge struct {
 	dir  string // the ADD's netns directory; "" judges nothing
 	id   DirID
 	read bool
-	// held, heldErr: the namespaces still held (heldRead: read).
-	held     NetnsHolders
-	heldErr  error
-	heldRead bool
-	freed    int
+	// holders, holdersErr: the namespaces still held (holdersRead: read).
+	holders     NetnsHolders
+	holdersErr  error
+	holdersRead bool
+	freed       int
 	// scanned: releaseDead ran (once per ADD: a second full range set
 	// finds nothing more to free).
 	scanned bool
@@ -127,16 +100,16 @@ func (j *deathJudge) reason(r *Record, exhausted bool) string {
 	if PluginReleases(r, j.add, exhausted, ev, lerr) == "" {
 		return ""
 	}
-	if !j.heldRead {
-		j.held, j.heldErr = j.view.Holders()
-		j.heldRead = true
+	if !j.holdersRead {
+		j.holders, j.holdersErr = j.view.Holders()
+		j.holdersRead = true
 		// The ADD's own namespace is its new sandbox's: the kernel gives
 		// a freed namespace's inode number to the next one (a pod's retry
 		// gets its dead attempt's number back at once), so a record naming
 		// it names a namespace that died.
-		delete(j.held, j.add.NetnsWitness.Netns)
+		delete(j.holders, j.add.NetnsWitness.Netns)
 	}
-	ev, _ = NetnsGone(ev, r, lerr, j.held, j.heldErr)
+	ev, _ = NetnsGone(ev, r, lerr, j.holders, j.holdersErr)
 	return PluginReleases(r, j.add, exhausted, ev, lerr)
 }
 
@@ -146,7 +119,7 @@ func (j *deathJudge) releaseReplaced(tx Store, now time.Time) error {
 	if j.dir == "" || j.add.PodUID == "" {
 		return nil
 	}
-	recs, err := tx.ByPodUID(j.add.PodUID)
+	recs, err := tx.Records(Query{PodUID: j.add.PodUID})
 	if err != nil {
 		return err
 	}
@@ -160,15 +133,12 @@ func (j *deathJudge) releaseDead(tx Store, now time.Time) (int, error) {
 		return 0, nil
 	}
 	j.scanned = true
-	var recs []*Record
-	if err := tx.ForEach(func(r *Record) error {
-		recs = append(recs, r)
-		return nil
-	}); err != nil {
+	recs, err := tx.Records(Query{})
+	if err != nil {
 		return 0, err
 	}
 	before := j.freed
-	err := j.release(tx, recs, true, now)
+	err = j.release(tx, recs, true, now)
 	return j.freed - before, err
 }
 
@@ -178,12 +148,9 @@ func (j *deathJudge) release(tx Store, recs []*Record, exhausted bool, now time.
 		if reason == "" {
 			continue
 		}
-		if err := tx.DeleteRecord(r); err != nil {
-			return err
-		}
 		ev := auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), Why{Reason: reason, By: ByPlugin}, now)
 		ev.PodUID = r.PodUID
-		if err := tx.Audit(ev); err != nil {
+		if err := tx.Release(r, ev); err != nil {
 			return err
 		}
 		j.freed++

@@ -251,7 +251,7 @@ func TestAllocateReleasesDeadSandboxes(t *testing.T) {
 			}
 			return undoAdd(tx, req.Owner.ContainerID)
 		})
-		if !ns.HasRecord(netip.MustParseAddr("10.0.0.2")) {
+		if !ns.hasRecord(netip.MustParseAddr("10.0.0.2")) {
 			t.Errorf("view %v, netns %s: the dead record was released", req.View != nil, req.Owner.Netns)
 		}
 	}
@@ -339,7 +339,7 @@ func TestAllocateNamespaceNumberReusedByTheADD(t *testing.T) {
 			}
 			return nil
 		})
-		if released := !ds.HasRecord(netip.MustParseAddr("10.0.0.2")) || ds.count() == 1; released != tc.release {
+		if released := !ds.hasRecord(netip.MustParseAddr("10.0.0.2")) || ds.count() == 1; released != tc.release {
 			t.Errorf("%s: dead record released = %v, want %v (%d records)", tc.name, released, tc.release, ds.count())
 		}
 	}

@@ -55,14 +55,16 @@ func HostLocalBaseFor(storeDir string) string {
 // transaction runs on this store, so an address in use under host-local is never
 // handed out again. Later calls cost one key lookup.
 func MigrateOnce(tx Store, dir, network string, sets []StoredRangeSet, now time.Time) (int, error) {
-	if tx.Migrated() {
+	mark := tx.HostLocalMark()
+	if mark.Imported {
 		return 0, nil
 	}
 	n, err := ImportHostLocal(tx, dir, network, sets, now)
 	if err != nil {
 		return n, err
 	}
-	return n, tx.MarkMigrated(now)
+	mark.Imported = true
+	return n, tx.SetHostLocalMark(mark, now)
 }
 
 // SyncHostLocal brings what host-local did into the store before a plugin
@@ -82,13 +84,14 @@ func MigrateOnce(tx Store, dir, network string, sets []StoredRangeSet, now time.
 // exported one an lstat of dir while dir is unchanged. by is who acts
 // (ByPlugin).
 func SyncHostLocal(tx Store, dir, network string, sets []StoredRangeSet, by string, now time.Time) (ImportResult, error) {
-	if !tx.Migrated() {
+	mark := tx.HostLocalMark()
+	if !mark.Imported {
 		return ImportNow(tx, dir, network, sets, by, now)
 	}
-	m, ok := tx.HostLocalExport()
-	if !ok {
+	if !mark.Exported {
 		return ImportResult{}, nil
 	}
+	m := mark.Export
 	st, err := statDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return ImportResult{}, nil // nothing of host-local's to merge
@@ -106,26 +109,16 @@ func SyncHostLocal(tx Store, dir, network string, sets []StoredRangeSet, by stri
 // when the store was exported (host-local was in charge since); otherwise
 // they are taken where the store has none.
 func ImportNow(tx Store, dir, network string, sets []StoredRangeSet, by string, now time.Time) (ImportResult, error) {
-	m, exported := tx.HostLocalExport()
-	res, err := MergeHostLocal(tx, dir, network, sets, MergeOptions{By: by, RoundRobin: exported}, now)
+	mark := tx.HostLocalMark()
+	res, err := MergeHostLocal(tx, dir, network, sets, MergeOptions{By: by, RoundRobin: mark.Exported}, now)
 	if err != nil {
 		return res, err
 	}
-	if !tx.Migrated() {
-		if err := tx.MarkMigrated(now); err != nil {
-			return res, err
-		}
+	mark.Imported = true
+	if mark.Exported {
+		mark.Export.Seen = res.Stamp.settled(now)
 	}
-	if exported {
-		seen := res.Stamp.settled(now)
-		if seen != m.Seen {
-			m.Seen = seen
-			if err := tx.SetHostLocalExport(m); err != nil {
-				return res, err
-			}
-		}
-	}
-	return res, nil
+	return res, tx.SetHostLocalMark(mark, now)
 }
 
 // ImportHostLocal is MergeHostLocal as the plugin's first use runs it
@@ -204,7 +197,7 @@ const (
 // recorded). A damaged record is the same only when its readable part
 // names that attachment, or names none and the file is the placeholder
 // export wrote for it.
-func DecideMerge(f HostLocalFile, held *Record, damaged *DamagedRecord) MergeVerdict {
+func DecideMerge(f HostLocalFile, cur *Record, damaged *DamagedRecord) MergeVerdict {
 	switch {
 	case damaged != nil:
 		if damaged.ContainerID == "" && f.ContainerID == DamagedPlaceholder ||
@@ -212,9 +205,9 @@ func DecideMerge(f HostLocalFile, held *Record, damaged *DamagedRecord) MergeVer
 			return MergeSame
 		}
 		return MergeConflict
-	case held == nil:
+	case cur == nil:
 		return MergeImport
-	case sameAttachment(f, held.ContainerID, held.IfName):
+	case sameAttachment(f, cur.ContainerID, cur.IfName):
 		return MergeSame
 	}
 	return MergeConflict
@@ -261,7 +254,7 @@ type MergeOptions struct {
 // judged by DecideMerge. Imported records are committed (they were in use),
 // keep their owner, and are attributed to the range set that contains them
 // (-1 when none does), with Source SourceHostLocal (the store indexes them:
-// Store.HostLocalRecords). A conflict keeps the store's holder and is
+// Query.Imported). A conflict keeps the store's holder and is
 // audited, one AuditImportConflict entry each; the imports are audited as
 // one AuditImport entry. Nothing the store holds is released. A missing dir
 // merges nothing.
@@ -279,14 +272,14 @@ func MergeHostLocal(tx Store, dir, network string, sets []StoredRangeSet, o Merg
 		return res, err
 	}
 	for _, f := range st.files {
-		held, damaged := tx.Lookup(f.IP)
-		switch DecideMerge(f, held, damaged) {
+		cur, damaged := tx.Lookup(f.IP)
+		switch DecideMerge(f, cur, damaged) {
 		case MergeSame:
 			res.Same++
 		case MergeConflict:
 			c := ImportConflict{File: f, Damaged: damaged != nil}
-			if held != nil {
-				c.StoreContainerID, c.StoreIfName = held.ContainerID, held.IfName
+			if cur != nil {
+				c.StoreContainerID, c.StoreIfName = cur.ContainerID, cur.IfName
 			} else {
 				c.StoreContainerID, c.StoreIfName = damaged.ContainerID, damaged.IfName
 			}
@@ -416,10 +409,11 @@ func readHostLocal(dir string) (hostLocalState, error) {
 // store never exported has none, nor one whose dir is unchanged since its
 // last merge (SyncHostLocal would merge nothing).
 func PendingHostLocal(tx Store, dir, network string, sets []StoredRangeSet, containerID, ifname string) ([]*Record, error) {
-	m, exported := tx.HostLocalExport()
-	if !exported {
+	mark := tx.HostLocalMark()
+	if !mark.Exported {
 		return nil, nil
 	}
+	m := mark.Export
 	if cur, err := statDir(dir); errors.Is(err, os.ErrNotExist) || err == nil && m.Seen.Valid() && cur == m.Seen {
 		return nil, nil
 	}
@@ -432,7 +426,7 @@ func PendingHostLocal(tx Store, dir, network string, sets []StoredRangeSet, cont
 		if f.ContainerID != containerID || f.IfName != ifname && f.IfName != "" {
 			continue
 		}
-		if held, damaged := tx.Lookup(f.IP); DecideMerge(f, held, damaged) == MergeImport {
+		if cur, damaged := tx.Lookup(f.IP); DecideMerge(f, cur, damaged) == MergeImport {
 			out = append(out, importedRecord(f, network, sets, time.Time{}))
 		}
 	}
@@ -479,7 +473,7 @@ type ExportResult struct {
 // host-local reserved since is kept, and a file naming an address the store
 // holds for another attachment (a conflict) is left as it is, so that
 // host-local keeps it reserved too; it is reported in Merged. Once written,
-// the store is marked exported (SetHostLocalExport, at now): from then on
+// the store is marked exported (SetHostLocalMark, at now): from then on
 // every plugin write first merges what host-local changes in dir
 // (SyncHostLocal). tx must be a write transaction.
 //
@@ -491,7 +485,7 @@ type ExportResult struct {
 // name, is never written through.
 func ExportHostLocal(tx Store, dir, network string, extra []HostLocalReservation, by string, now time.Time) (ExportResult, error) {
 	var res ExportResult
-	if _, exported := tx.HostLocalExport(); exported && tx.Migrated() {
+	if mark := tx.HostLocalMark(); mark.Exported && mark.Imported {
 		sets, err := tx.RangeSets()
 		if err != nil && !errors.Is(err, ErrDamagedValue) {
 			return res, err
@@ -526,18 +520,18 @@ func exportHostLocal(tx Store, dir string, extra []HostLocalReservation, keep ma
 		return r.ContainerID + hostLocalLineBreak + r.IfName
 	}
 	n := 0
-	err = tx.ForEach(func(r *Record) error {
-		if keep[r.IP] {
-			return nil
-		}
-		if err := write(hostLocalFileName(r.IP), reservation(HostLocalReservation{r.IP, r.ContainerID, r.IfName})); err != nil {
-			return err
-		}
-		n++
-		return nil
-	})
+	all, err := tx.Records(Query{})
 	if err != nil {
 		return n, err
+	}
+	for _, r := range all {
+		if keep[r.IP] {
+			continue
+		}
+		if err := write(hostLocalFileName(r.IP), reservation(HostLocalReservation{r.IP, r.ContainerID, r.IfName})); err != nil {
+			return n, err
+		}
+		n++
 	}
 	for _, r := range extra {
 		if keep[r.IP] {
@@ -564,10 +558,12 @@ func exportHostLocal(tx Store, dir string, extra []HostLocalReservation, keep ma
 			}
 		}
 	}
-	return n, tx.SetHostLocalExport(HostLocalExport{At: now, Seen: fdStamp(d.Fd()).settled(now)})
+	mark := tx.HostLocalMark()
+	mark.Exported, mark.Export = true, HostLocalExport{At: now, Seen: fdStamp(d.Fd()).settled(now)}
+	return n, tx.SetHostLocalMark(mark, now)
 }
 
-// ReleaseVanishedHostLocal releases every record imported from host-local
+// ReleaseHostLocalGone releases every record imported from host-local
 // whose reservation file (dir/<ip>, dir being HostLocalDir of the network) has
 // been removed since: host-local's own DEL did that, run by a runtime that
 // still holds the network's host-local config in its cache (podman after a
@@ -584,8 +580,8 @@ func exportHostLocal(tx Store, dir string, extra []HostLocalReservation, keep ma
 // may too.
 //
 // by is who acts (ByPlugin, ByDaemon).
-func ReleaseVanishedHostLocal(tx Store, dir, by string, now time.Time) ([]*Record, error) {
-	recs, err := tx.HostLocalRecords()
+func ReleaseHostLocalGone(tx Store, dir, by string, now time.Time) ([]*Record, error) {
+	recs, err := tx.Records(Query{Imported: true})
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}

@@ -99,7 +99,7 @@ func TestSyncHostLocalMergesWhatHostLocalDidAfterExport(t *testing.T) {
 		_, err := ExportHostLocal(tx, dir, "net1", nil, ByCLI("export"), exportAt)
 		return err
 	})
-	if _, ok := s.HostLocalExport(); !ok {
+	if !s.HostLocalMark().Exported {
 		t.Fatal("export did not mark the store")
 	}
 
@@ -158,7 +158,7 @@ func TestSyncHostLocalStampAndConflicts(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "net1")
 	s := newStore(t)
 	update(t, s, func(tx Store) error {
-		if err := tx.MarkMigrated(testTime); err != nil {
+		if err := tx.SetHostLocalMark(HostLocalMark{Imported: true}, testTime); err != nil {
 			return err
 		}
 		r := rec("10.0.0.3", "b", "eth0")
@@ -171,7 +171,7 @@ func TestSyncHostLocalStampAndConflicts(t *testing.T) {
 		_, err := ExportHostLocal(tx, dir, "net1", nil, ByCLI("export"), time.Now())
 		return err
 	})
-	if m, _ := s.HostLocalExport(); m.Seen.Valid() {
+	if m := s.HostLocalMark().Export; m.Seen.Valid() {
 		t.Fatalf("export recorded the stamp %+v of a directory it just changed", m.Seen)
 	}
 	later := time.Now().Add(time.Hour) // every stamp taken below is settled by then
@@ -187,7 +187,7 @@ func TestSyncHostLocalStampAndConflicts(t *testing.T) {
 	}
 	first := sync(later)
 	eq(t, "first merge after the export: same", first.Same, 1)
-	m, _ := s.HostLocalExport()
+	m := s.HostLocalMark().Export
 	if !m.Seen.Valid() {
 		t.Fatalf("a settled merge left no stamp: %+v", m)
 	}
@@ -224,7 +224,7 @@ func TestSyncHostLocalStampAndConflicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	sync(time.Now())
-	if m, _ := s.HostLocalExport(); m.Seen.Valid() {
+	if m := s.HostLocalMark().Export; m.Seen.Valid() {
 		t.Errorf("a merge right after a change recorded the stamp %+v", m.Seen)
 	}
 	eq(t, "the next write merges again: conflicts", len(sync(later).Conflicts), 1)
@@ -265,13 +265,13 @@ func BenchmarkSyncHostLocal(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			s := newMemStore()
-			s.migrated = true
+			s.mark.Imported = true
 			if exported {
 				st, err := statDir(dir)
 				if err != nil {
 					b.Fatal(err)
 				}
-				s.export = &HostLocalExport{Seen: st}
+				s.mark.Exported, s.mark.Export = true, HostLocalExport{Seen: st}
 			}
 			for b.Loop() {
 				if res, err := SyncHostLocal(s, dir, "net1", nil, ByPlugin, testTime); err != nil || res.Stamp.Valid() {
@@ -289,10 +289,10 @@ func TestSyncHostLocalRoundRobin(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "net1")
 	s := newStore(t)
 	update(t, s, func(tx Store) error {
-		if err := tx.MarkMigrated(testTime); err != nil {
+		if err := tx.SetHostLocalMark(HostLocalMark{Imported: true}, testTime); err != nil {
 			return err
 		}
-		if err := tx.SetRangeSets([]StoredRangeSet{set(rng("10.0.0.0/24", "10.0.0.1", "10.0.0.254", "10.0.0.1"))}); err != nil {
+		if err := tx.Configure("", []StoredRangeSet{set(rng("10.0.0.0/24", "10.0.0.1", "10.0.0.254", "10.0.0.1"))}); err != nil {
 			return err
 		}
 		for _, ip := range []string{"10.0.0.2", "10.0.0.3"} {

@@ -62,7 +62,7 @@ func storeRecords(t *testing.T, s *memStore) []recordKey {
 	t.Helper()
 	var out []recordKey
 	view(t, s, func(tx Store) error {
-		return tx.ForEach(func(r *Record) error {
+		return forEach(tx, func(r *Record) error {
 			gw := ""
 			if r.Gateway.IsValid() {
 				gw = r.Gateway.String()
@@ -133,7 +133,7 @@ func TestImportHostLocal(t *testing.T) {
 		if r.State != StateCommitted || r.Source != "host-local" || r.Network != "net1" || !r.Created.Equal(testTime) {
 			t.Errorf("imported record = %+v, want committed, source host-local", r)
 		}
-		if hl, _ := tx.HostLocalRecords(); len(hl) != 7 {
+		if hl, _ := tx.Records(Query{Imported: true}); len(hl) != 7 {
 			t.Errorf("HostLocalRecords lists %d records, want the 7 imported", len(hl))
 		}
 		return nil

@@ -20,12 +20,10 @@ type memStore struct {
 	sets         []StoredRangeSet
 	last         map[int]netip.Addr
 	exhaustion   map[int]Exhaustion
-	migrated     bool
-	export       *HostLocalExport
+	mark         HostLocalMark
 	records      map[netip.Addr]Record
 	damaged      map[netip.Addr]DamagedRecord
 	audit        []AuditEvent
-	repairs      int
 	failPutAfter int // > 0: Put fails once this many Puts succeeded (a write error)
 	puts         int
 }
@@ -61,9 +59,8 @@ func (m *memStore) Update(fn func(Store) error) error {
 // View runs fn on a copy that is thrown away.
 func (m *memStore) View(fn func(Store) error) error { return fn(m.clone()) }
 
-func (m *memStore) SetNetwork(name string) error { m.network = name; return nil }
-func (m *memStore) SetRangeSets(sets []StoredRangeSet) error {
-	m.sets = slices.Clone(sets)
+func (m *memStore) Configure(network string, sets []StoredRangeSet) error {
+	m.network, m.sets = network, slices.Clone(sets)
 	return nil
 }
 func (m *memStore) RangeSets() ([]StoredRangeSet, error) { return slices.Clone(m.sets), nil }
@@ -79,27 +76,27 @@ func (m *memStore) RecordExhaustion(idx int, desc string, now time.Time) error {
 	m.exhaustion[idx] = e
 	return nil
 }
-func (m *memStore) Migrated() bool                   { return m.migrated }
-func (m *memStore) MarkMigrated(now time.Time) error { m.migrated = true; return nil }
-func (m *memStore) HostLocalExport() (HostLocalExport, bool) {
-	if m.export == nil {
-		return HostLocalExport{}, false
+func (m *memStore) HostLocalMark() HostLocalMark { return m.mark }
+func (m *memStore) SetHostLocalMark(mark HostLocalMark, now time.Time) error {
+	m.mark.Imported = m.mark.Imported || mark.Imported
+	if mark.Exported {
+		m.mark.Exported, m.mark.Export = true, mark.Export
 	}
-	return *m.export, true
+	return nil
 }
-func (m *memStore) SetHostLocalExport(e HostLocalExport) error { m.export = &e; return nil }
 
-func (m *memStore) Taken(ip netip.Addr) bool { return m.HasRecord(ip) }
-func (m *memStore) HasRecord(ip netip.Addr) bool {
+// Free and NextFree read the records: the fake has no bitmap to verify.
+func (m *memStore) Free(ip netip.Addr, now time.Time) (bool, error) {
 	_, ok := m.records[ip]
 	_, bad := m.damaged[ip]
-	return ok || bad
+	return !ok && !bad, nil
 }
-func (m *memStore) Reserved() TakenIter {
+func (m *memStore) NextFree(set StoredRangeSet, last netip.Addr, hasLast bool, now time.Time) (netip.Addr, int, bool, error) {
 	all := slices.Collect(maps.Keys(m.records))
 	all = append(all, slices.Collect(maps.Keys(m.damaged))...)
 	slices.SortFunc(all, netip.Addr.Compare)
-	return newSliceIter(all)
+	ip, ri, ok := NextFree(set, last, hasLast, newSliceIter(all))
+	return ip, ri, ok, nil
 }
 
 func (m *memStore) Lookup(ip netip.Addr) (*Record, *DamagedRecord) {
@@ -112,40 +109,16 @@ func (m *memStore) Lookup(ip netip.Addr) (*Record, *DamagedRecord) {
 	return nil, nil
 }
 
-// sorted returns copies of the records fn accepts, in address order.
-func (m *memStore) sorted(fn func(*Record) bool) []*Record {
+// Records returns copies of the records q selects, in address order.
+func (m *memStore) Records(q Query) ([]*Record, error) {
 	var out []*Record
 	for _, ip := range slices.SortedFunc(maps.Keys(m.records), netip.Addr.Compare) {
 		r := m.records[ip]
-		if fn(&r) {
+		if q.Matches(&r) {
 			out = append(out, &r)
 		}
 	}
-	return out
-}
-
-func (m *memStore) ByOwner(containerID, ifname string) ([]*Record, error) {
-	return m.sorted(func(r *Record) bool { return r.ContainerID == containerID && r.IfName == ifname }), nil
-}
-func (m *memStore) ByPodUID(uid string) ([]*Record, error) {
-	if uid == "" {
-		return nil, nil
-	}
-	return m.sorted(func(r *Record) bool { return r.PodUID == uid }), nil
-}
-func (m *memStore) HeldBy(containerID, ifname string) ([]*Record, error) {
-	return m.ByOwner(containerID, ifname)
-}
-func (m *memStore) ForEach(fn func(*Record) error) error {
-	for _, r := range m.sorted(func(*Record) bool { return true }) {
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-func (m *memStore) HostLocalRecords() ([]*Record, error) {
-	return m.sorted(func(r *Record) bool { return r.Source == SourceHostLocal }), nil
+	return out, nil
 }
 
 var errWrite = errors.New("write failed (injected)")
@@ -164,17 +137,15 @@ func (m *memStore) Put(r *Record) error {
 	m.records[r.IP] = *r
 	return nil
 }
-func (m *memStore) DeleteRecord(r *Record) error { delete(m.records, r.IP); return nil }
-func (m *memStore) DeleteDamaged(ip netip.Addr) error {
+func (m *memStore) Release(r *Record, ev AuditEvent) error {
+	delete(m.records, r.IP)
+	return m.Audit(ev)
+}
+func (m *memStore) ReleaseDamaged(ip netip.Addr, ev AuditEvent) error {
 	delete(m.damaged, ip)
-	return nil
+	return m.Audit(ev)
 }
 func (m *memStore) Audit(ev AuditEvent) error { m.audit = append(m.audit, ev); return nil }
-func (m *memStore) RepairIndexes(why string, now time.Time) (IndexRepair, error) {
-	m.repairs++
-	n := len(m.records) + len(m.damaged)
-	return IndexRepair{Why: why, Records: n, CountWas: n}, nil
-}
 
 func (m *memStore) count() int { return len(m.records) + len(m.damaged) }
 
@@ -213,4 +184,28 @@ func ips(recs []*Record) []string {
 		out = append(out, r.IP.String())
 	}
 	return out
+}
+
+// hasRecord reports whether ip has a record, healthy or damaged.
+func (m *memStore) hasRecord(ip netip.Addr) bool { return !must(m.Free(ip, time.Time{})) }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// forEach calls fn for every record of tx, in address order.
+func forEach(tx Store, fn func(*Record) error) error {
+	recs, err := tx.Records(Query{})
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }

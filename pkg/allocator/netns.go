@@ -221,25 +221,48 @@ const (
 	NetnsHoldersUnseen
 )
 
-// netnsClasses are the evidence classes' names (String): logs, `leaks`,
-// tests. The names of existing classes never change.
-var netnsClasses = [...]string{
-	NetnsUnnamed:       "unnamed",
-	NetnsNoWitness:     "no_witness",
-	NetnsNeverExisted:  "never_existed",
-	NetnsElsewhere:     "elsewhere",
-	NetnsDirUnseen:     "dir_unseen",
-	NetnsOtherDir:      "other_dir",
-	NetnsProvable:      "provable",
-	NetnsReusableID:    "reusable_id",
-	NetnsHeld:          "held",
-	NetnsHoldersUnseen: "holders_unseen",
+// netnsClasses is every evidence class's name (String: logs, `leaks`,
+// tests) and doubt (Doubt: why it proves nothing from a judge's view; nil
+// when it may prove a death or there is nothing to doubt). The names and
+// words of existing classes never change.
+var netnsClasses = [...]struct {
+	name  string
+	doubt func(r *Record, v NetnsJudgeView) string
+}{
+	NetnsUnnamed: {"unnamed", nil},
+	NetnsNoWitness: {"no_witness", func(*Record, NetnsJudgeView) string {
+		return "the record carries no identity of its netns directory (written by an older plugin, or the directory could not be read at ADD)"
+	}},
+	NetnsNeverExisted: {"never_existed", func(*Record, NetnsJudgeView) string {
+		return "its netns did not exist when the record was written"
+	}},
+	NetnsElsewhere: {"elsewhere", func(_ *Record, v NetnsJudgeView) string {
+		return fmt.Sprintf("its netns is not in --netns-dir %s", v.Dir)
+	}},
+	NetnsDirUnseen: {"dir_unseen", func(_ *Record, v NetnsJudgeView) string {
+		return fmt.Sprintf("--netns-dir %s cannot be read: %v", v.Dir, v.Err)
+	}},
+	NetnsOtherDir: {"other_dir", func(r *Record, v NetnsJudgeView) string {
+		return fmt.Sprintf("--netns-dir %s is directory %s, not %s where the plugin saw the netns (a wrong mount)", v.Dir, v.ID, r.NetnsWitness.Dir)
+	}},
+	NetnsProvable: {"provable", nil},
+	NetnsReusableID: {"reusable_id", func(r *Record, v NetnsJudgeView) string {
+		return fmt.Sprintf("its netns directory is known as %s and --netns-dir %s as %s: device and inode numbers without a file handle or the namespace's identity (an older plugin's record, or a filesystem without file handles), which the kernel reuses for a directory or tmpfs made in place of another", r.NetnsWitness.Dir, v.Dir, v.ID)
+	}},
+	NetnsHeld: {"held", func(r *Record, _ NetnsJudgeView) string {
+		return fmt.Sprintf("its netns path is gone but its network namespace (nsfs %s) is still held by a process or a mount: the sandbox lives", r.NetnsWitness.Netns)
+	}},
+	NetnsHoldersUnseen: {"holders_unseen", func(_ *Record, v NetnsJudgeView) string {
+		return fmt.Sprintf("its netns path is gone but what holds network namespaces cannot be read: %v", v.HoldersErr)
+	}},
 }
+
+func (e NetnsEvidence) known() bool { return e >= 0 && int(e) < len(netnsClasses) }
 
 // String names the evidence for logs and tests.
 func (e NetnsEvidence) String() string {
-	if e >= 0 && int(e) < len(netnsClasses) {
-		return netnsClasses[e]
+	if e.known() {
+		return netnsClasses[e].name
 	}
 	return fmt.Sprintf("NetnsEvidence(%d)", int(e))
 }
@@ -256,30 +279,15 @@ type NetnsJudgeView struct {
 
 // Doubt says why a record r whose netns has evidence e proves nothing from
 // view v, for logs and `leaks` ("" when it may: NetnsProvable, or when the
-// record names no netns: there is nothing to doubt). The words of the
-// existing classes never change.
+// record names no netns: there is nothing to doubt).
 func (e NetnsEvidence) Doubt(r *Record, v NetnsJudgeView) string {
-	switch e {
-	case NetnsProvable, NetnsUnnamed:
+	switch {
+	case !e.known():
+		return "unknown netns evidence " + e.String()
+	case netnsClasses[e].doubt == nil:
 		return ""
-	case NetnsNoWitness:
-		return "the record carries no identity of its netns directory (written by an older plugin, or the directory could not be read at ADD)"
-	case NetnsNeverExisted:
-		return "its netns did not exist when the record was written"
-	case NetnsElsewhere:
-		return fmt.Sprintf("its netns is not in --netns-dir %s", v.Dir)
-	case NetnsDirUnseen:
-		return fmt.Sprintf("--netns-dir %s cannot be read: %v", v.Dir, v.Err)
-	case NetnsOtherDir:
-		return fmt.Sprintf("--netns-dir %s is directory %s, not %s where the plugin saw the netns (a wrong mount)", v.Dir, v.ID, r.NetnsWitness.Dir)
-	case NetnsReusableID:
-		return fmt.Sprintf("its netns directory is known as %s and --netns-dir %s as %s: device and inode numbers without a file handle or the namespace's identity (an older plugin's record, or a filesystem without file handles), which the kernel reuses for a directory or tmpfs made in place of another", r.NetnsWitness.Dir, v.Dir, v.ID)
-	case NetnsHeld:
-		return fmt.Sprintf("its netns path is gone but its network namespace (nsfs %s) is still held by a process or a mount: the sandbox lives", r.NetnsWitness.Netns)
-	case NetnsHoldersUnseen:
-		return fmt.Sprintf("its netns path is gone but what holds network namespaces cannot be read: %v", v.HoldersErr)
 	}
-	return "unknown netns evidence " + e.String()
+	return netnsClasses[e].doubt(r, v)
 }
 
 // NetnsEvidenceOf applies NetnsWitness's contract, without I/O: what r's
@@ -307,6 +315,42 @@ func NetnsEvidenceOf(r *Record, dir string, id DirID) NetnsEvidence {
 		return NetnsOtherDir
 	}
 	return NetnsProvable
+}
+
+// NetnsView is a judge's I/O on the runtime's view of the node (the
+// plugin's at ADD; the daemon's in its netns directory): a
+// directory's identity (DirIDOf), an lstat of a netns path (nil: it is
+// there) and the namespaces something still holds (ReadNetnsHolders). None
+// opens a netns.
+type NetnsView interface {
+	DirID(dir string) (DirID, error)
+	Lstat(path string) error
+	Holders() (NetnsHolders, error)
+}
+
+// OSNetnsView is the NetnsView of the calling process: its paths, and the
+// namespaces held as the proc filesystem at ProcDir shows them ("" is
+// /proc: the plugin's, the runtime's pid namespace, which it shares; the
+// daemon passes its --proc-dir).
+type OSNetnsView struct {
+	ProcDir string
+}
+
+// Holders is ReadNetnsHolders(ProcDir).
+func (v OSNetnsView) Holders() (NetnsHolders, error) {
+	if v.ProcDir == "" {
+		return ReadNetnsHolders("/proc")
+	}
+	return ReadNetnsHolders(v.ProcDir)
+}
+
+// DirID is DirIDOf(dir).
+func (OSNetnsView) DirID(dir string) (DirID, error) { return DirIDOf(dir) }
+
+// Lstat is os.Lstat(path)'s error.
+func (OSNetnsView) Lstat(path string) error {
+	_, err := os.Lstat(path)
+	return err
 }
 
 // NetnsHolders is the set of network namespaces that something a judge can

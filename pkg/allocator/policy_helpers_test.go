@@ -78,7 +78,7 @@ func held(t *testing.T, s *memStore, id, ifname string) []string {
 	var recs []*Record
 	view(t, s, func(tx Store) error {
 		var err error
-		recs, err = Held(tx, id, ifname)
+		recs, err = AttachmentRecords(tx, id, ifname)
 		return err
 	})
 	return ips(recs)

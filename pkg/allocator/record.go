@@ -80,14 +80,27 @@ type Exhaustion struct {
 // SourceHostLocal is Record.Source for a record imported from host-local.
 const SourceHostLocal = "host-local"
 
-// SameAllocation reports whether a and b are the same allocation: the same
-// address, reserved for the same attachment (container ID and ifname) at the
-// same instant. These fields never change during an allocation's life; every
-// other field does (state, commit time, pod details a later ADD fills in, the
-// daemon's observation), so a writer that read a record earlier and wants to
-// change or free it checks this against the record as it is now: false means
-// the address was released and reserved again (perhaps by the same
-// attachment) since, and the earlier read must not be acted on.
-func SameAllocation(a, b *Record) bool {
-	return a.IP == b.IP && a.ContainerID == b.ContainerID && a.IfName == b.IfName && a.Created.Equal(b.Created)
+// AllocationID is the identity of one allocation: its address, reserved
+// for one attachment at one instant (Created, in Unix nanoseconds). These
+// fields never change during an allocation's life; every other field does
+// (state, commit time, pod details a later ADD fills in, the daemon's
+// observation). It is comparable: the key of whatever is kept about an
+// allocation across transactions (the daemon's observations across
+// sweeps).
+type AllocationID struct {
+	IP         netip.Addr
+	Attachment Attachment
+	Created    int64
 }
+
+// ID is r's AllocationID.
+func (r *Record) ID() AllocationID {
+	return AllocationID{r.IP, r.Attachment(), r.Created.UnixNano()}
+}
+
+// SameAllocation reports whether a and b are the same allocation (the same
+// AllocationID). A writer that read a record earlier and wants to change or
+// free it checks this against the record as it is now: false means the
+// address was released and reserved again (perhaps by the same attachment)
+// since, and the earlier read must not be acted on.
+func SameAllocation(a, b *Record) bool { return a.ID() == b.ID() }

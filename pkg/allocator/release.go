@@ -13,22 +13,22 @@ type Why struct {
 	Action, Reason, By string
 }
 
-// Held returns the attachment's records, falling back (as host-local does)
+// AttachmentRecords returns the attachment's records, falling back (as host-local does)
 // to records written with the container ID alone by old host-local versions.
-// Each lookup is verified against the records (Store.HeldBy). DEL, CHECK and
+// Each lookup is verified against the records (Query.Verify). DEL, CHECK and
 // the commit marker use it; ADD's hot path does not.
-func Held(tx Store, containerID, ifname string) ([]*Record, error) {
-	recs, err := tx.HeldBy(containerID, ifname)
+func AttachmentRecords(tx Store, containerID, ifname string) ([]*Record, error) {
+	recs, err := tx.Records(Query{Attachment: &Attachment{containerID, ifname}, Verify: true})
 	if err != nil || len(recs) > 0 || ifname == "" {
 		return recs, err
 	}
-	return tx.HeldBy(containerID, "")
+	return tx.Records(Query{Attachment: &Attachment{containerID, ""}, Verify: true})
 }
 
 // Release frees every address held by (containerID, ifname) and records each
 // in the audit log (ReleaseRecord). Releasing nothing is not an error: DEL is idempotent.
 func Release(tx Store, containerID, ifname string, why Why, now time.Time) ([]*Record, error) {
-	recs, err := Held(tx, containerID, ifname)
+	recs, err := AttachmentRecords(tx, containerID, ifname)
 	if err != nil {
 		return nil, err
 	}
@@ -42,15 +42,11 @@ func Release(tx Store, containerID, ifname string, why Why, now time.Time) ([]*R
 
 // ReleaseRecord frees r, a record read in this transaction (and, if the
 // caller read it earlier, checked with SameAllocation against the record as
-// it is now), with its index entries, and writes one audit entry naming it.
-// Every release of a healthy record goes through it: DEL, the GC verb, an
-// operator's release, host-local's own DEL seen after an import, the daemon's
-// reclaim.
+// it is now), with its index entries, and writes one audit entry naming it
+// (Store.Release): DEL, the GC verb, an operator's release, host-local's own
+// DEL seen after an import, the daemon's reclaim.
 func ReleaseRecord(tx Store, r *Record, why Why, now time.Time) error {
-	if err := tx.DeleteRecord(r); err != nil {
-		return err
-	}
-	return tx.Audit(auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), why, now))
+	return tx.Release(r, auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), why, now))
 }
 
 func auditEntry(ip netip.Addr, containerID, ifname, pod string, why Why, now time.Time) AuditEvent {
@@ -76,11 +72,8 @@ func ReleaseIP(tx Store, ip netip.Addr, reason, by string, now time.Time) (Relea
 	case r != nil:
 		return Released{Record: r}, ReleaseRecord(tx, r, Why{Action: AuditManualRelease, Reason: reason, By: by}, now)
 	case d != nil:
-		if err := tx.DeleteDamaged(ip); err != nil {
-			return Released{}, err
-		}
 		why := Why{Action: AuditDamagedRelease, Reason: strings.TrimSpace(reason + " (record did not decode: " + d.Err.Error() + ")"), By: by}
-		return Released{Damaged: d}, tx.Audit(auditEntry(ip, d.ContainerID, d.IfName, "", why, now))
+		return Released{Damaged: d}, tx.ReleaseDamaged(ip, auditEntry(ip, d.ContainerID, d.IfName, "", why, now))
 	}
 	return Released{}, nil
 }
@@ -96,15 +89,15 @@ func GarbageCollect(tx Store, valid []Attachment, now time.Time) ([]*Record, err
 		keep[a] = true
 		ids[a.ContainerID] = true
 	}
-	var gone []*Record
-	err := tx.ForEach(func(r *Record) error {
-		if !keep[Attachment{r.ContainerID, r.IfName}] && !(r.IfName == "" && ids[r.ContainerID]) {
-			gone = append(gone, r)
-		}
-		return nil
-	})
+	all, err := tx.Records(Query{})
 	if err != nil {
 		return nil, err
+	}
+	var gone []*Record
+	for _, r := range all {
+		if !keep[r.Attachment()] && !(r.IfName == "" && ids[r.ContainerID]) {
+			gone = append(gone, r)
+		}
 	}
 	for _, r := range gone {
 		if err := ReleaseRecord(tx, r, Why{Action: AuditGC, Reason: "not in cni.dev/valid-attachments", By: ByPlugin}, now); err != nil {

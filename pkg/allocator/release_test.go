@@ -64,7 +64,7 @@ func TestMarkCommitted(t *testing.T) {
 	eq(t, "Commit unknown", commit("c9", "eth0"), 0)
 	eq(t, "Commit legacy", commit("legacy", "eth0"), 1)
 	view(t, s, func(tx Store) error {
-		return tx.ForEach(func(r *Record) error {
+		return forEach(tx, func(r *Record) error {
 			want := StatePending
 			if r.ContainerID != "c2" {
 				want = StateCommitted
@@ -97,7 +97,7 @@ func TestGarbageCollect(t *testing.T) {
 	eq(t, "released", ips(gone), []string{"10.0.0.3", "10.0.0.4", "10.0.0.6"})
 	view(t, s, func(tx Store) error {
 		var left []string
-		tx.ForEach(func(r *Record) error { left = append(left, r.IP.String()); return nil })
+		forEach(tx, func(r *Record) error { left = append(left, r.IP.String()); return nil })
 		eq(t, "kept", left, []string{"10.0.0.2", "10.0.0.5", "fd00::2"})
 		log, _ := tx.(*memStore).auditLog(10)
 		if len(log) != 3 || log[0].Action != "gc" || log[0].By != "plugin" || !strings.Contains(log[0].Reason, "valid-attachments") {

@@ -12,11 +12,10 @@ import (
 // derived indexes in step with its records (the store's job, not the
 // caller's).
 type Store interface {
-	// SetNetwork records the store's network name once; SetRangeSets the
-	// range sets as configured (a no-op write is skipped); RangeSets returns
-	// them (an error wrapping ErrDamagedValue when they do not decode).
-	SetNetwork(name string) error
-	SetRangeSets(sets []StoredRangeSet) error
+	// Configure records the store's network name once and the range sets
+	// as configured (a no-op write is skipped); RangeSets returns them (an
+	// error wrapping ErrDamagedValue when they do not decode).
+	Configure(network string, sets []StoredRangeSet) error
 	RangeSets() ([]StoredRangeSet, error)
 	// LastReserved is range set idx's round-robin point (host-local's
 	// last_reserved_ip.N); SetLastReserved moves it.
@@ -24,52 +23,75 @@ type Store interface {
 	SetLastReserved(idx int, ip netip.Addr) error
 	// RecordExhaustion counts one ADD that found range set idx full.
 	RecordExhaustion(idx int, desc string, now time.Time) error
-	// Migrated reports whether host-local state was imported (MarkMigrated
-	// records it, or that it must never be).
-	Migrated() bool
-	MarkMigrated(now time.Time) error
-	// HostLocalExport is the store's mark of its last export to
-	// host-local's files (false when it was never exported);
-	// SetHostLocalExport writes it.
-	HostLocalExport() (HostLocalExport, bool)
-	SetHostLocalExport(m HostLocalExport) error
+	// HostLocalMark is what the store records of host-local's state;
+	// SetHostLocalMark records m (a mark is only ever added: Imported and
+	// Exported are never cleared; the import is stamped now).
+	HostLocalMark() HostLocalMark
+	SetHostLocalMark(m HostLocalMark, now time.Time) error
 
-	// Taken reports whether ip is reserved, from a derived index (cheap);
-	// HasRecord whether ip has a record, healthy or damaged (the truth).
-	// Reserved walks the reserved addresses in address order.
-	Taken(ip netip.Addr) bool
-	HasRecord(ip netip.Addr) bool
-	Reserved() TakenIter
+	// Free reports whether ip is free: it has no record and no taken bit.
+	// NextFree is NextFree (choose.go) over the store's taken addresses,
+	// verified: the address it returns has no record. Both read the taken
+	// bitmap, a derived index, and check it against the records; a record
+	// the bitmap lost is found there, and in a write transaction the
+	// indexes are rebuilt from the records (audited, AuditIndexRepair at
+	// now) before the answer is given again. A read-only transaction
+	// answers from the bitmap as it is.
+	Free(ip netip.Addr, now time.Time) (bool, error)
+	NextFree(set StoredRangeSet, last netip.Addr, hasLast bool, now time.Time) (ip netip.Addr, rangeIdx int, ok bool, err error)
 
 	// Lookup returns the record holding ip, or the damaged record there, or
-	// neither. ByOwner returns (containerID, ifname)'s records as the owner
-	// index lists them (fast, trusts the index); HeldBy the same verified
-	// against the records when the index has none. ForEach visits every
-	// record that decodes, in address order (damaged ones are skipped and
-	// noted). HostLocalRecords returns the records imported from host-local
-	// that are still held.
+	// neither. Records returns the records q selects, in address order
+	// (damaged ones are skipped and noted).
 	Lookup(ip netip.Addr) (*Record, *DamagedRecord)
-	ByOwner(containerID, ifname string) ([]*Record, error)
-	// ByPodUID returns the records of a pod UID as the pod index lists them
-	// (each read and its UID compared; an entry the index lacks is not
-	// found).
-	ByPodUID(uid string) ([]*Record, error)
-	HeldBy(containerID, ifname string) ([]*Record, error)
-	ForEach(fn func(*Record) error) error
-	HostLocalRecords() ([]*Record, error)
+	Records(q Query) ([]*Record, error)
 
 	// Put writes r under r.IP; an address held by another attachment or by
 	// a damaged record is refused with an error wrapping ErrAddressHeld.
-	// DeleteRecord removes r, read in this transaction; DeleteDamaged the
-	// undecodable record under ip. Neither audits (ReleaseRecord and
-	// ReleaseIP do).
 	Put(r *Record) error
-	DeleteRecord(r *Record) error
-	DeleteDamaged(ip netip.Addr) error
-
-	// Audit appends ev to the store's bounded audit log. RepairIndexes
-	// rebuilds the derived indexes from the records (audited) and reports
-	// what it changed.
+	// Release deletes r, a record read in this transaction, with its index
+	// entries, and appends ev to the audit log; ReleaseDamaged the same for
+	// the undecodable record under ip. They are the only deletes of a
+	// record: every release is audited.
+	Release(r *Record, ev AuditEvent) error
+	ReleaseDamaged(ip netip.Addr, ev AuditEvent) error
+	// Audit appends ev to the store's bounded audit log.
 	Audit(ev AuditEvent) error
-	RepairIndexes(why string, now time.Time) (IndexRepair, error)
+}
+
+// HostLocalMark is what a store records of host-local: whether its state
+// was imported (or must never be: a store rebuilt from the runtime), and
+// whether and when the store was exported to host-local's files.
+type HostLocalMark struct {
+	Imported bool
+	Exported bool
+	Export   HostLocalExport
+}
+
+// Query selects records (Store.Records). The zero Query selects every
+// record; each field set narrows the selection, and the store reads the
+// one index that answers it (the owner index for Attachment, the pod index
+// for PodUID, the imported index for Imported), checking each record it
+// lists against the query (an index may list an entry in excess).
+type Query struct {
+	// Attachment: exactly this attachment's records (an empty IfName is
+	// the container-ID-only records of old host-local versions).
+	Attachment *Attachment
+	// Verify: an empty answer for Attachment is believed only when the
+	// store's indexes agree with its records count; otherwise the records
+	// are read (and the indexes repaired in a write transaction, audited).
+	// DEL, CHECK and the commit marker verify; ADD's hot path does not.
+	Verify bool
+	// PodUID: the records of this pod UID.
+	PodUID string
+	// Imported: the records imported from host-local (Source
+	// SourceHostLocal) that are still held.
+	Imported bool
+}
+
+// Matches reports whether r is one of the records q selects.
+func (q Query) Matches(r *Record) bool {
+	return (q.Attachment == nil || *q.Attachment == r.Attachment()) &&
+		(q.PodUID == "" || r.PodUID == q.PodUID) &&
+		(!q.Imported || r.Source == SourceHostLocal)
 }

@@ -6,7 +6,7 @@
 // throughput as a markdown table (absolute figures and ratios). It then times
 // hostlease's ADD and DEL on a store of 10 000 records with no daemon and
 // while a real `hostlease-gc run` process (./cmd/ipam-gc) sweeps that store
-// against a gRPC CRI server, and includes the pkg/gc sweep benchmarks'
+// against a gRPC CRI server, and includes the pkg/daemon sweep benchmarks'
 // figures (-bench.sweep).
 //
 // Run it with `make bench` (see docs/benchmarks.md for the method and the

@@ -333,7 +333,7 @@ func renderSweeps(w func(string, ...any), sweeps []sweepBench, sl *sweepLoadResu
 		return
 	}
 	w("\n### Sweep of 10 000 records (ms per sweep)\n\n")
-	w("`go test -run '^$' -bench Sweep10k -benchtime 20x ./pkg/gc/`: one `Sweeper.Sweep` in process over a store of 10 000 allocations ")
+	w("`go test -run '^$' -bench Sweep10k -benchtime 20x ./pkg/daemon/`: one `Sweeper.Sweep` in process over a store of 10 000 allocations ")
 	w("(half of them READY sandboxes, half absent from CRI and too young to reclaim, each with a netns path to stat), ")
 	w("against an in-process fake CRI that answers at once: the sweep without the CRI call. Target: < 100 ms plus the CRI call.\n\n")
 	w("| benchmark | sweep | iterations | ms per sweep | target (< 100 ms + CRI) |\n|---|---|---:|---:|---|\n")

@@ -23,8 +23,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/hostlease/hostlease/internal/fakecri"
-	"github.com/hostlease/hostlease/internal/promtext"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/promtext"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -34,7 +34,7 @@ var (
 	flagSweepK        = flag.Int("bench.sweep-k", 200, "ADD+DEL pairs timed without and with the sweeping daemon (each)")
 	flagSweepRounds   = flag.Int("bench.sweep-rounds", 5, "rounds alternating no daemon / sweeping daemon")
 	flagSweepInterval = flag.Duration("bench.sweep-interval", time.Second, "hostlease-gc run --interval during the measurement (1s is the least it accepts)")
-	flagSweepOut      = flag.String("bench.sweep", "", "output of `go test -bench Sweep10k ./pkg/gc/` to include in the report (make bench passes it)")
+	flagSweepOut      = flag.String("bench.sweep", "", "output of `go test -bench Sweep10k ./pkg/daemon/` to include in the report (make bench passes it)")
 )
 
 // The daemon must not reclaim during the measurement: the absent half of the
@@ -420,7 +420,7 @@ func tail(path string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// sweepBench is one line of `go test -bench Sweep10k ./pkg/gc/`.
+// sweepBench is one line of `go test -bench Sweep10k ./pkg/daemon/`.
 type sweepBench struct {
 	name  string
 	iters int
@@ -429,7 +429,7 @@ type sweepBench struct {
 
 var benchLineRE = regexp.MustCompile(`^(BenchmarkSweep10k\w*)(?:-\d+)?\s+(\d+)\s+([\d.]+) ns/op`)
 
-// readSweepBench parses the pkg/gc sweep benchmarks' output.
+// readSweepBench parses the pkg/daemon sweep benchmarks' output.
 func readSweepBench(path string) ([]sweepBench, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

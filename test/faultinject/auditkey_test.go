@@ -13,7 +13,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	gcdaemon "github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // TestAuditKeyDamage: a damaged key in the audit log or its queue (a key of
@@ -93,7 +93,7 @@ func TestAuditKeyDamage(t *testing.T) {
 			if res.Code != 0 {
 				t.Fatalf("audit: %s", res)
 			}
-			var rows []gc.AuditRow
+			var rows []gcdaemon.AuditRow
 			if err := json.Unmarshal([]byte(res.Stdout), &rows); err != nil {
 				t.Fatalf("audit output: %v\n%s", err, res)
 			}

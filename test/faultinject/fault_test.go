@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/leasecheck"
+	"github.com/hostlease/hostlease/internal/testing/leasecheck"
 )
 
 // TestFaultInjection damages a copy of a real store at every point of the
@@ -28,7 +28,7 @@ func TestFaultInjection(t *testing.T) {
 // done by concurrent plugin processes: workers ADD fresh sandboxes, hold them
 // across their next ADD and DEL them, while the damaged owners are deleted and
 // others checked. Two holdings of one address are a duplicate when both ADDs
-// had returned before either DEL started (internal/leasecheck).
+// had returned before either DEL started (internal/testing/leasecheck).
 func TestFaultInjectionConcurrent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the concurrent damage suite")

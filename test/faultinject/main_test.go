@@ -9,7 +9,7 @@
 // by writing bytes at page offsets of the file (physical damage: page types,
 // element counts, meta pages), and then driven again through real processes:
 // ADD/DEL/CHECK/GC/STATUS, the hostlease-gc CLI and one sweep of the
-// hostlease-gc daemon against a real gRPC CRI (internal/fakecri).
+// hostlease-gc daemon against a real gRPC CRI (internal/testing/fakecri).
 //
 // What is asserted after each damage is a model of what the test handed out
 // to whom (see model.go), not what the code happens to do:
@@ -39,11 +39,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/fakecri"
-	"github.com/hostlease/hostlease/internal/gcproc"
-	"github.com/hostlease/hostlease/internal/promtext"
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/promtext"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 )
 
 var (
@@ -186,7 +186,7 @@ next:
 	return v, found
 }
 
-// daemon is a running `hostlease-gc run` process (internal/gcproc): a real
+// daemon is a running `hostlease-gc run` process (internal/testing/gcproc): a real
 // process talking gRPC to a runtime over its unix socket.
 type daemon struct {
 	*gcproc.Daemon

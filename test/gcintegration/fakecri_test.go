@@ -3,7 +3,7 @@ package gcintegration
 import (
 	"testing"
 
-	"github.com/hostlease/hostlease/internal/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
 )
 
 // The fake runtime and its vocabulary, under the names these tests use.

@@ -21,13 +21,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/gcproc"
-	"github.com/hostlease/hostlease/internal/promtext"
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/promtext"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	gcdaemon "github.com/hostlease/hostlease/pkg/daemon"
 )
 
 var binDir string
@@ -185,7 +185,7 @@ func (n *node) records() map[string]allocator.Record {
 		n.t.Fatalf("hostlease-gc list: exit %d: %s", code, errOut)
 	}
 	// A store with damaged records makes list exit non-zero (above).
-	recs, _, err := gc.DecodeList([]byte(out))
+	recs, _, err := gcdaemon.DecodeList([]byte(out))
 	if err != nil {
 		n.t.Fatalf("hostlease-gc list -o json: %v\n%s", err, out)
 	}
@@ -197,13 +197,13 @@ func (n *node) records() map[string]allocator.Record {
 }
 
 // pool reads the network's only range set with `hostlease-gc status -o json`.
-func (n *node) pool() gc.PoolRow {
+func (n *node) pool() gcdaemon.PoolRow {
 	n.t.Helper()
 	out, errOut, code := gcCLI(n.t, "status", "--data-dir", n.dataDir, "-o", "json")
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc status: exit %d: %s", code, errOut)
 	}
-	rows, err := gc.DecodeRows[gc.PoolRow]([]byte(out))
+	rows, err := gcdaemon.DecodeRows[gcdaemon.PoolRow]([]byte(out))
 	if err != nil {
 		n.t.Fatalf("hostlease-gc status -o json: %v\n%s", err, out)
 	}
@@ -221,7 +221,7 @@ func (n *node) audit() []allocator.AuditEvent {
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc audit: exit %d: %s", code, errOut)
 	}
-	rows, err := gc.DecodeRows[gc.AuditRow]([]byte(out))
+	rows, err := gcdaemon.DecodeRows[gcdaemon.AuditRow]([]byte(out))
 	if err != nil {
 		n.t.Fatalf("hostlease-gc audit -o json: %v\n%s", err, out)
 	}
@@ -233,14 +233,14 @@ func (n *node) audit() []allocator.AuditEvent {
 }
 
 // leaksJSON runs `hostlease-gc leaks -o json` with the daemon's policy flags.
-func (n *node) leaksJSON(policy ...string) []gc.LeakRow {
+func (n *node) leaksJSON(policy ...string) []gcdaemon.LeakRow {
 	n.t.Helper()
 	args := append([]string{"leaks", "--cri-endpoint", n.cri.Endpoint(), "--data-dir", n.dataDir, "--netns-dir", n.netnsDir, "--no-api", "-o", "json"}, policy...)
 	out, errOut, code := gcCLI(n.t, args...)
 	if code != 0 {
 		n.t.Fatalf("hostlease-gc leaks: exit %d: %s", code, errOut)
 	}
-	rows, err := gc.DecodeRows[gc.LeakRow]([]byte(out))
+	rows, err := gcdaemon.DecodeRows[gcdaemon.LeakRow]([]byte(out))
 	if err != nil {
 		n.t.Fatalf("hostlease-gc leaks -o json: %v\n%s", err, out)
 	}
@@ -250,7 +250,7 @@ func (n *node) leaksJSON(policy ...string) []gc.LeakRow {
 // ---------------------------------------------------------------------------
 // The daemon process.
 
-// daemon is one test's `hostlease-gc run` process (internal/gcproc).
+// daemon is one test's `hostlease-gc run` process (internal/testing/gcproc).
 type daemon struct {
 	*gcproc.Daemon
 	t    *testing.T

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 

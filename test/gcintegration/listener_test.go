@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/pkg/gc"
+	gcdaemon "github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // The daemon serves /metrics, /healthz and /readyz with hostNetwork: any pod
@@ -110,9 +110,9 @@ func TestListenerHoldsUnderFlood(t *testing.T) {
 	shed := m.sum("hostlease_http_connections_shed_total", nil)
 	t.Logf("during the flood: %d connects (%d shed by the daemon: %v on its metric), /healthz %d/%d OK; peak RSS %d KiB (+%d KiB), peak fds %d (+%d)",
 		f.connects.Load(), f.closedByServer.Load(), shed, probeOK, floodProbes, during.hwm>>10, (during.hwm-before.rss)>>10, peakFds, peakFds-before.fds)
-	if limit := before.fds + gc.DefaultHTTPMaxConns + floodFdSlack; peakFds > limit {
+	if limit := before.fds + gcdaemon.DefaultHTTPMaxConns + floodFdSlack; peakFds > limit {
 		t.Errorf("the daemon held %d file descriptors during the flood, want at most %d (%d before, --http-max-connections %d, slack %d)",
-			peakFds, limit, before.fds, gc.DefaultHTTPMaxConns, floodFdSlack)
+			peakFds, limit, before.fds, gcdaemon.DefaultHTTPMaxConns, floodFdSlack)
 	}
 	if grew := during.hwm - before.rss; grew > floodRSSGrowth {
 		t.Errorf("the daemon's peak RSS grew by %d KiB during the flood, want at most %d KiB", grew>>10, floodRSSGrowth>>10)
@@ -148,7 +148,7 @@ func floodSize(t *testing.T) (idle, slow int) {
 	if room := int(min(lim.Cur, 1<<20)) - floodFdReserve; room < n {
 		n = room
 	}
-	if n < 4*gc.DefaultHTTPMaxConns {
+	if n < 4*gcdaemon.DefaultHTTPMaxConns {
 		t.Skipf("descriptor limit %d leaves room for %d flood connections, under 4 x --http-max-connections", lim.Cur, n)
 	}
 	if n < floodClients {

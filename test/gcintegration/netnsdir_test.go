@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/gc"
+	gcdaemon "github.com/hostlease/hostlease/pkg/daemon"
 )
 
 // These tests use the node's real netns directory: the plugin is given real
@@ -151,15 +151,15 @@ func (n *node) putBeforeBoot(id string, netns string, boot time.Time) {
 // --min-age) is kept, sweep after sweep; the daemon says once that the proof
 // is unavailable (log, hostlease_netns_dir_verified 0, `leaks`); and the
 // records of a previous boot are still reclaimed at once (predates_boot).
-// On bbb1158 the in-flight ADD was reclaimed by the first sweep as
-// netns_gone.
+// A daemon that read the empty directory as proof reclaims the in-flight ADD
+// at the first sweep as netns_gone.
 func TestEmptyNetnsDirProvesNothing(t *testing.T) {
 	needRealNetns(t)
 	t.Parallel()
 	n := realNode(t)
 	inflight := n.sandboxID("inflight")
 	n.addReal(inflight)
-	boot, err := gc.ProcBootClock{Dir: "/proc"}.BootTime()
+	boot, err := gcdaemon.ProcBootClock{Dir: "/proc"}.BootTime()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,8 +189,8 @@ func TestEmptyNetnsDirProvesNothing(t *testing.T) {
 		t.Errorf("hostlease_netns_unverified_records %v, want 1 (the in-flight ADD)", v)
 	}
 	warned := d.logs.entries("netns proof unavailable: --netns-dir is not verified as the runtime's; absent sandboxes wait for the rules without proof (--misses, --grace, --min-age, API veto, guard)")
-	if len(warned) != 1 || warned[0]["state"] != gc.NetnsProofOtherDir {
-		t.Errorf("log: %d netns proof warnings over 3+ sweeps (%v), want one, state %s", len(warned), warned, gc.NetnsProofOtherDir)
+	if len(warned) != 1 || warned[0]["state"] != gcdaemon.NetnsProofOtherDir {
+		t.Errorf("log: %d netns proof warnings over 3+ sweeps (%v), want one, state %s", len(warned), warned, gcdaemon.NetnsProofOtherDir)
 	}
 
 	// `leaks` in the same view says why the netns proves nothing.
@@ -252,7 +252,7 @@ func TestRuntimesNetnsDirProvesDeath(t *testing.T) {
 
 // leaksIn runs `hostlease-gc leaks --all -o json` in a new mount namespace
 // (inMountNS) and returns its rows and stderr.
-func (n *node) leaksIn(emptyDir bool, policy ...string) ([]gc.LeakRow, string) {
+func (n *node) leaksIn(emptyDir bool, policy ...string) ([]gcdaemon.LeakRow, string) {
 	n.t.Helper()
 	args := append([]string{"leaks", "--all", "--cri-endpoint", n.cri.Endpoint(), "--data-dir", n.dataDir, "--netns-dir", runtimeNetnsDir, "--no-api", "-o", "json"}, policy...)
 	cmd := exec.Command(gcBin(), args...)
@@ -262,7 +262,7 @@ func (n *node) leaksIn(emptyDir bool, policy ...string) ([]gc.LeakRow, string) {
 	if err := cmd.Run(); err != nil {
 		n.t.Fatalf("hostlease-gc leaks: %v: %s", err, stderr.String())
 	}
-	rows, err := gc.DecodeRows[gc.LeakRow]([]byte(stdout.String()))
+	rows, err := gcdaemon.DecodeRows[gcdaemon.LeakRow]([]byte(stdout.String()))
 	if err != nil {
 		n.t.Fatalf("hostlease-gc leaks -o json: %v\n%s", err, stdout.String())
 	}

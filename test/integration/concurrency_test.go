@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/leasecheck"
+	"github.com/hostlease/hostlease/internal/testing/leasecheck"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -102,7 +102,7 @@ func (l *latencies) summary() string {
 //   - no address is held by two containers at once: every holding is timed
 //     from the ADD and DEL processes' start and exit, and two holdings of one
 //     address are a duplicate when both ADDs had returned before either DEL
-//     started (internal/leasecheck);
+//     started (internal/testing/leasecheck);
 //   - every call exits 0 with a well-formed result: no exhaustion, no lock
 //     timeout (error 11) under the default lockTimeout, no other error (how
 //     long the lock waits take is measured by test/bench, not asserted here);

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/leasecheck"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/leasecheck"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
@@ -310,7 +310,7 @@ func TestHealDoubtfulDeadOnFullPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Update(func(tx *store.Tx) error {
-		recs, err := tx.ByOwner("oldD", "eth0")
+		recs, err := tx.Records(allocator.Query{Attachment: &allocator.Attachment{ContainerID: "oldD", IfName: "eth0"}})
 		if err != nil || len(recs) != 1 {
 			return fmt.Errorf("oldD's record: %v %v", recs, err)
 		}

@@ -27,8 +27,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
@@ -335,9 +335,9 @@ func byOwner(t testing.TB, path string, ids []string, ifname string) map[string]
 	out := map[string][]*allocator.Record{}
 	err = s.View(func(tx *store.Tx) error {
 		for _, id := range ids {
-			recs, err := tx.ByOwner(id, ifname)
+			recs, err := tx.Records(allocator.Query{Attachment: &allocator.Attachment{ContainerID: id, IfName: ifname}})
 			if err != nil {
-				return fmt.Errorf("ByOwner(%s): %w", id, err)
+				return fmt.Errorf("records of %s: %w", id, err)
 			}
 			if len(recs) > 0 {
 				out[id] = recs

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/gcproc"
-	"github.com/hostlease/hostlease/internal/leasecheck"
-	"github.com/hostlease/hostlease/internal/proclocks"
+	"github.com/hostlease/hostlease/internal/testing/gcproc"
+	"github.com/hostlease/hostlease/internal/testing/leasecheck"
+	"github.com/hostlease/hostlease/internal/testing/proclocks"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -54,7 +54,7 @@ func (n *node) setAside(network string) []string {
 //     judged it unreadable (the second finds, under the lock, that it no
 //     longer needs it), and no daemon's rebuild fails;
 //   - no acknowledged ADD is lost (the rebuild restores them from the
-//     runtime) and no address is held twice (internal/leasecheck).
+//     runtime) and no address is held twice (internal/testing/leasecheck).
 func TestFirstUsesBesideDaemons(t *testing.T) {
 	const (
 		networks = 200

@@ -2,7 +2,7 @@
 // processes that replace a store file (`hostlease-gc rebuild`, with and
 // without --force, and daemons that set aside and rebuild unreadable stores)
 // and beside daemons sweeping while networks are first used, and judges with
-// internal/leasecheck that no acknowledged ADD is forgotten and no address is
+// internal/testing/leasecheck that no acknowledged ADD is forgotten and no address is
 // held twice. It proves the contract of pkg/allocator/store/lockfile.go: one
 // writer per store file, every opener proves it holds the file at the path,
 // a replacer holds the old file's lock from its read to its rename, a store
@@ -35,11 +35,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/cniexec"
-	"github.com/hostlease/hostlease/internal/fakecri"
-	"github.com/hostlease/hostlease/internal/leasecheck"
-	"github.com/hostlease/hostlease/internal/proclocks"
-	"github.com/hostlease/hostlease/internal/testbin"
+	"github.com/hostlease/hostlease/internal/testing/cniexec"
+	"github.com/hostlease/hostlease/internal/testing/fakecri"
+	"github.com/hostlease/hostlease/internal/testing/leasecheck"
+	"github.com/hostlease/hostlease/internal/testing/proclocks"
+	"github.com/hostlease/hostlease/internal/testing/testbin"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )

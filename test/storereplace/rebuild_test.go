@@ -47,7 +47,7 @@ func damageRecord(t *testing.T, path string, ip netip.Addr) {
 // commits into the set-aside file (lost) and the second gets its address
 // (held twice), every round.
 //
-// Guarantees, judged by internal/leasecheck over all the processes: no
+// Guarantees, judged by internal/testing/leasecheck over all the processes: no
 // acknowledged ADD missing from the store at the end, no address held by two
 // sandboxes at once, every plugin call and every rebuild succeeds.
 func TestRebuildBesideAddDel(t *testing.T) {
@@ -160,8 +160,8 @@ func rebuildLoop(t *testing.T, force bool) {
 // The issue's scenario as it was met: 25 `rebuild --force` back to back
 // beside 8 processes adding 240 sandboxes, nothing stopped. Every ADD
 // acknowledged is in the store at the end and no address is held twice.
-// (bbb1158, which read and renamed without the old file's lock: 56 to 70 of
-// the 240 lost and as many addresses held twice, in each of three runs.)
+// (A rebuild that reads and renames without the old file's lock loses ADDs
+// acknowledged meanwhile and hands their addresses out twice.)
 func TestRebuildForceBesideAdds(t *testing.T) {
 	const network = "burst"
 	n := newNode(t)

@@ -15,12 +15,9 @@ import (
 // confJSON that json.Unmarshal would produce, reading the bytes in one pass
 // (reader) instead of reflecting over the structs. The plugin is exec'd for
 // every pod start and stop, and a cold json.Unmarshal into these types builds
-// its per-type caches in every process. Measured gain (make bench, the same
-// code built with -tags nofastdecode interleaved, docs/benchmarks.md "Fast
-// paths", three runs): 4-13 % of an ADD's CPU time and 4-12 % of a DEL's
-// (0.09-0.17 ms of ~2 ms) at every occupancy, the least of any run's time
-// chunks 0.98; its wall-time gain alone is within the shared machine's noise
-// (with the encoder's, 14-24 % of an ADD's p50).
+// its per-type caches in every process. make bench measures the gain against
+// the same code built with -tags nofastdecode (docs/benchmarks.md, "Fast
+// paths").
 //
 // Contract: when it returns true, its result is deeply equal to json.Unmarshal's
 // and json.Unmarshal returns no error. It takes only the paths on which that

@@ -11,8 +11,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // acceptCases are configs Load must accept; the host-local oracle test

@@ -84,15 +84,31 @@ func ipamFrom(n *confJSON, cniArgs string) (*IPAM, []allocator.StoredRangeSet, e
 		}
 	}
 
-	// Requested addresses. An entry that decoded to nothing ("") is kept as
-	// an invalid Addr so that it is refused below, after all are gathered.
+	requested, err := requestedAddrs(n, cniArgs)
+	if err != nil {
+		return nil, nil, err
+	}
+	out.Requested = requested
+	stored, err := rangeSets(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, stored, nil
+}
+
+// requestedAddrs gathers the requested addresses in host-local's order:
+// CNI_ARGS' IP, then args.cni.ips, then runtimeConfig.ips. An entry that
+// decoded to nothing ("") is kept as an invalid Addr so that it is refused
+// after all are gathered, naming the first such entry.
+func requestedAddrs(n *confJSON, cniArgs string) ([]netip.Addr, error) {
+	var requested []netip.Addr
 	if cniArgs != "" {
 		var e envArgs
 		if err := types.LoadArgs(cniArgs, &e); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if e.IP.addr.IsValid() {
-			out.Requested = append(out.Requested, e.IP.addr)
+			requested = append(requested, e.IP.addr)
 		}
 	}
 	lists := []struct {
@@ -106,26 +122,31 @@ func ipamFrom(n *confJSON, cniArgs string) (*IPAM, []allocator.StoredRangeSet, e
 	for _, list := range lists {
 		for i, a := range list.addrs {
 			if a == nil {
-				return nil, nil, &fieldError{fmt.Sprintf("%s[%d]", list.field, i), errNullIP}
+				return nil, &fieldError{fmt.Sprintf("%s[%d]", list.field, i), errNullIP}
 			}
 			if !a.addr.IsValid() && unset == "" {
 				unset = fmt.Sprintf("%s[%d]", list.field, i)
 			}
-			out.Requested = append(out.Requested, a.addr)
+			requested = append(requested, a.addr)
 		}
 	}
 	if unset != "" {
-		return nil, nil, &fieldError{unset, errors.New("cannot understand ip: IP <nil> not v4 nor v6")}
+		return nil, &fieldError{unset, errors.New("cannot understand ip: IP <nil> not v4 nor v6")}
 	}
+	return requested, nil
+}
 
-	// Range sets: runtime ones first, then the legacy range, then ranges.
+// rangeSets is the canonical range sets in host-local's order (runtimeConfig
+// ipRanges, then the legacy top-level range, then ipam.ranges): each valid,
+// at most one per family before CNI 0.3.0, no two overlapping.
+func rangeSets(n *confJSON) ([]allocator.StoredRangeSet, error) {
 	sets := append([]rangeSetJSON(nil), n.RuntimeConfig.IPRanges...)
 	if legacy := n.IPAM.rangeJSON(); legacy.Subnet.n.IP != nil {
 		sets = append(sets, rangeSetJSON{legacy})
 	}
 	sets = append(sets, n.IPAM.Ranges...)
 	if len(sets) == 0 {
-		return nil, nil, &fieldError{"ipam.ranges", errors.New("no IP ranges specified")}
+		return nil, &fieldError{"ipam.ranges", errors.New("no IP ranges specified")}
 	}
 
 	stored := make([]allocator.StoredRangeSet, len(sets))
@@ -133,7 +154,7 @@ func ipamFrom(n *confJSON, cniArgs string) (*IPAM, []allocator.StoredRangeSet, e
 	for i, set := range sets {
 		s, err := canonicalSet(set)
 		if err != nil {
-			return nil, nil, &fieldError{"ipam.ranges", fmt.Errorf("invalid range set %d: %w", i, err)}
+			return nil, &fieldError{"ipam.ranges", fmt.Errorf("invalid range set %d: %w", i, err)}
 		}
 		stored[i] = s
 		if s.Ranges[0].Start.Is4() {
@@ -145,17 +166,17 @@ func ipamFrom(n *confJSON, cniArgs string) (*IPAM, []allocator.StoredRangeSet, e
 	// Results before CNI 0.3.0 hold one address per family.
 	if v4Sets > 1 || v6Sets > 1 {
 		if ok, _ := version.GreaterThanOrEqualTo(n.CNIVersion, "0.3.0"); !ok {
-			return nil, nil, &fieldError{"cniVersion", fmt.Errorf("CNI version %v does not support more than 1 address per family", n.CNIVersion)}
+			return nil, &fieldError{"cniVersion", fmt.Errorf("CNI version %v does not support more than 1 address per family", n.CNIVersion)}
 		}
 	}
 	for i := range stored {
 		for j := i + 1; j < len(stored); j++ {
 			if setsOverlap(stored[i], stored[j]) {
-				return nil, nil, &fieldError{"ipam.ranges", fmt.Errorf("range set %d overlaps with %d", i, j)}
+				return nil, &fieldError{"ipam.ranges", fmt.Errorf("range set %d overlaps with %d", i, j)}
 			}
 		}
 	}
-	return out, stored, nil
+	return stored, nil
 }
 
 // canonicalSet validates a range set: not empty, each range valid, one address

@@ -31,9 +31,15 @@ func (p Usage) Free() *big.Int {
 	return f
 }
 
+// Taken is what Measure reads of a store: its taken addresses in address
+// order (store.Tx).
+type Taken interface {
+	TakenAddrs() allocator.TakenIter
+}
+
 // Measure returns the size and use of every range set of a store. It walks the reserved
 // addresses once.
-func Measure(tx allocator.Store, sets []allocator.StoredRangeSet) []Usage {
+func Measure(tx Taken, sets []allocator.StoredRangeSet) []Usage {
 	out := make([]Usage, len(sets))
 	for i, set := range sets {
 		u := Usage{RangeSet: i, Desc: set.String(), Size: new(big.Int)}
@@ -44,7 +50,7 @@ func Measure(tx allocator.Store, sets []allocator.StoredRangeSet) []Usage {
 				n.Sub(n, big.NewInt(1))
 			}
 			u.Size.Add(u.Size, n)
-			it := tx.Reserved()
+			it := tx.TakenAddrs()
 			for t, ok := it.Seek(r.Start); ok && t.Compare(r.End) <= 0 && t.BitLen() == r.Start.BitLen(); t, ok = it.Next() {
 				if t != r.Gateway { // not in Size either (reserved under an older config)
 					u.Used++

@@ -10,72 +10,23 @@ import (
 )
 
 // Audit appends ev to the audit log. The log is two buckets read as one:
-// audit, bounded, and auditq, a queue of the newest entries small enough for
-// bbolt to keep inline in the root page, which every write transaction
-// rewrites anyway. An entry joins the queue under its final sequence; when
-// it would no longer fit inline, the queue and ev move to audit together
-// (flushAuditQueue). An append therefore usually dirties no page of its own:
-// appending to audit directly dirties its last leaf and its root branch,
-// 2 of the 15 pages a DEL wrote at 99.9 % of a /16 (measured in-process with
-// bbolt's TxStats: 16 writes per DEL with the meta page, 14 with the queue;
-// with the pod index's queue too, dropPodEntry, 11; a page written costs
-// ~9 us of pwrite and ~20 us of fdatasync there). Measured gain of both
-// queues in test/bench, same-run A/B at a load median of 6: the DEL before
-// them took 1.04-1.05x this one's wall time and 1.04-1.06x its CPU at 99.9 %
-// of a /16 (1.00-1.03x with fewer records), which moved the DEL from 1.12-
-// 1.13x to 1.07-1.09x the skel-bbolt floor (docs/benchmarks.md, "DEL's
-// pages").
-// Both buckets are written in the caller's transaction, so a crash keeps or
-// loses an entry with the change it records.
+// audit, bounded, and auditq, the inline queue of its newest entries
+// (inlineQueue). An entry joins the queue under its final sequence; when it
+// would no longer fit inline, the queue and ev move to audit together
+// (flushAuditQueue). An append therefore usually dirties no page of its own
+// (appending to audit directly dirties its last leaf and its root branch;
+// docs/benchmarks.md, "DEL's pages"). Both buckets are written in the
+// caller's transaction, so a crash keeps or loses an entry with the change
+// it records.
 func (tx *Tx) Audit(ev allocator.AuditEvent) error {
 	v := appendAudit(&ev)
-	q, err := tx.auditQueue()
-	if err != nil {
+	seq := max(bucketSeq(tx.audit), lastSeq(tx.audit), lastSeq(tx.auditq)) + 1
+	key := binary.BigEndian.AppendUint64(nil, seq)
+	q := tx.auditQueue()
+	if ok, err := q.add(key, v); ok || err != nil {
 		return err
 	}
-	seq := max(bucketSeq(tx.audit), lastSeq(tx.audit), lastSeq(q)) + 1
-	key := binary.BigEndian.AppendUint64(nil, seq)
-	if queueSize(q)+inlineEntrySize(key, v) <= tx.inlineLimit() {
-		return q.Put(key, v)
-	}
 	return tx.flushAuditQueue(q, key, v)
-}
-
-// auditQueue returns the auditq bucket (see lazyBucket).
-func (tx *Tx) auditQueue() (*bolt.Bucket, error) { return tx.lazyBucket(&tx.auditq, bucketAuditQueue) }
-
-// lazyBucket returns *b, first creating the bucket name (and setting *b) in
-// a store written before the bucket existed: auditq and poddrop are inline
-// buckets, so creating one writes no page of its own.
-func (tx *Tx) lazyBucket(b **bolt.Bucket, name []byte) (*bolt.Bucket, error) {
-	if *b != nil {
-		return *b, nil
-	}
-	nb, err := tx.btx.CreateBucketIfNotExists(name)
-	if err != nil {
-		return nil, err
-	}
-	*b = nb
-	return nb, nil
-}
-
-// inlineLimit is the most an inline bucket may hold (bbolt inlines a bucket
-// whose single leaf, page header included, is at most a quarter page).
-func (tx *Tx) inlineLimit() int { return tx.btx.DB().Info().PageSize / 4 }
-
-// inlineEntrySize is what one key and value add to an inline bucket's leaf
-// (bbolt's leaf element header is 16 bytes).
-func inlineEntrySize(k, v []byte) int { return 16 + len(k) + len(v) }
-
-// queueSize is the inline size of the queue's leaf: the page header (16
-// bytes) and its entries.
-func queueSize(q *bolt.Bucket) int {
-	n := 16
-	_ = q.ForEach(func(k, v []byte) error {
-		n += inlineEntrySize(k, v)
-		return nil
-	})
-	return n
 }
 
 // Audit keys are sequences: 8 bytes, big endian, from 1 up, one per entry.
@@ -128,19 +79,12 @@ func lastSeq(b *bolt.Bucket) uint64 {
 // its last sequence (an older binary, which knows no queue, appended to
 // audit meanwhile), is moved under the next free sequence instead: none is
 // lost.
-func (tx *Tx) flushAuditQueue(q *bolt.Bucket, key, v []byte) error {
-	type entry struct{ k, v []byte }
-	var move []entry
-	_ = q.ForEach(func(k, v []byte) error {
-		move = append(move, entry{bytes.Clone(k), bytes.Clone(v)})
-		return nil
-	})
-	move = append(move, entry{key, v})
-	for _, e := range move[:len(move)-1] {
-		if err := q.Delete(e.k); err != nil {
-			return err
-		}
+func (tx *Tx) flushAuditQueue(q inlineQueue, key, v []byte) error {
+	move, err := q.drain()
+	if err != nil {
+		return err
 	}
+	move = append(move, queued{key, v})
 	last := max(bucketSeq(tx.audit), lastSeq(tx.audit))
 	for _, e := range move {
 		seq := last + 1

@@ -130,7 +130,7 @@ func TestScanRecordsDecodesOnlyChanges(t *testing.T) {
 				if err := tx.Put(r); err != nil {
 					return err
 				}
-				if _, err := tx.Delete(first[0].Rec.IP); err != nil {
+				if _, err := tx.remove(first[0].Rec.IP); err != nil {
 					return err
 				}
 				return tx.Put(&allocator.Record{IP: netip.MustParseAddr("10.0.255.1"), ContainerID: "new", IfName: "eth0", Created: time.Unix(1, 0).UTC()})

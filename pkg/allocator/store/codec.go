@@ -12,9 +12,8 @@ import (
 // Stored values (records, audit events, range sets) are written in a compact
 // binary form: the plugin encodes or decodes a few of them at every exec, and
 // the daemon decodes every record it has not seen, so the codec must be cheap
-// from a cold start (no reflection: encoding a record measured 84 -> 2 us per
-// exec against encoding/json, the daemon's cold sweep of 10 000 records ~300
-// -> 94-143 ms, 42ed48c). A value in any other form (say JSON) is
+// from a cold start (no reflection; figures against encoding/json in
+// docs/benchmarks.md). A value in any other form (say JSON) is
 // damaged: its first byte is not binaryFormat.
 //
 // A binary value is: one format byte (binaryFormat), then its fields in a fixed

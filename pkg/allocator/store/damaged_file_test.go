@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 	bolt "go.etcd.io/bbolt"
 )
 

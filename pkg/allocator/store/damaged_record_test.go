@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 func TestRecordFromNewerSchemaIsRefused(t *testing.T) {

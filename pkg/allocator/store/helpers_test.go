@@ -195,3 +195,8 @@ func queueLen(tx *Tx) int {
 	}
 	return n
 }
+
+// byOwner is the owner index's answer for (containerID, ifname), unverified.
+func (tx *Tx) byOwner(containerID, ifname string) ([]*allocator.Record, error) {
+	return tx.Records(allocator.Query{Attachment: &allocator.Attachment{ContainerID: containerID, IfName: ifname}})
+}

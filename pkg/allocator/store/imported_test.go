@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // Podman after a switch to hostlease tears containers down with its cached
@@ -30,7 +30,7 @@ func TestReleaseVanishedHostLocal(t *testing.T) {
 	run := func() []string {
 		var got []string
 		update(t, s, func(tx *Tx) error {
-			recs, err := allocator.ReleaseVanishedHostLocal(tx, hl, allocator.ByPlugin, testTime)
+			recs, err := allocator.ReleaseHostLocalGone(tx, hl, allocator.ByPlugin, testTime)
 			got = ips(recs)
 			return err
 		})

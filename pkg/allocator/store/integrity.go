@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	bolt "go.etcd.io/bbolt"
 )
 
 // Records are the truth; everything else in a store is derived from them:
@@ -18,15 +19,17 @@ import (
 // keeps them in step, but bit rot, a bad restore or a bug can make one
 // disagree. The rules, and what they cost on the hot path:
 //
-//   - ADD never writes an address that has a record. The bitmap is trusted
-//     to choose a candidate; the candidate alone is then checked against
-//     allocs (one lookup on the page the write touches anyway). A record
-//     there means the bitmap is wrong: both indexes are rebuilt from the
-//     records (RepairIndexes, audited and returned by Repairs) and the choice
-//     is made again. Tx.Put refuses to overwrite another owner's record.
+//   - ADD never writes an address that has a record (Tx.NextFree, Tx.Free).
+//     The bitmap is trusted to choose a candidate; the candidate alone is
+//     then checked against allocs (one lookup on the page the write touches
+//     anyway). A record there means the bitmap is wrong: the indexes are
+//     rebuilt from the records (RepairIndexes, audited and returned by
+//     Repairs) and the choice is made again. Tx.Put refuses to overwrite
+//     another owner's record.
 //   - An attachment holding nothing is only believed when the indexes agree
-//     with the records count: Held looks in the owner index first (the common
-//     DEL finds its records there and pays nothing more); when it finds
+//     with the records count: a verified lookup (allocator.Query.Verify)
+//     looks in the owner index first (the common DEL finds its records
+//     there and pays nothing more); when it finds
 //     nothing, it compares the count in meta with the owner index's entries
 //     (bbolt's page headers: no record is read) and the bitmap's bits. Only
 //     a disagreement makes it read every record; in a write transaction it
@@ -92,7 +95,7 @@ func (tx *Tx) DamagedRecords() []allocator.DamagedRecord {
 	return out
 }
 
-// indexesAgree is the cheap check behind Held: the records count in meta
+// indexesAgree is the cheap check behind a verified lookup (verifyNone): the records count in meta
 // equals both the owner index's entries and the bitmap's bits. It reads the
 // owner index's page headers and the bitmap's blocks, never a record.
 func (tx *Tx) indexesAgree() bool {
@@ -129,143 +132,220 @@ func (tx *Tx) RepairIndexes(why string, now time.Time) (allocator.IndexRepair, e
 	return r, tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditIndexRepair, Reason: r.String(), By: tx.actor()})
 }
 
+// derivedIndex describes one index derived from the records, for the index
+// verifier: the IndexRepair counts it moves (added, removed), the entries
+// the record under key k calls for (r nil: the record does not decode), how
+// to read its bucket's entries and write one, and the entries it holds in
+// excess on purpose (pending: a queued delete, neither stray nor, when a
+// record calls for one, kept queued). An entry is opaque to the verifier:
+// an owner or pod index key, or an address key for the taken bitmap.
+type derivedIndex struct {
+	added, removed *int
+	entries        func(k, v []byte, r *allocator.Record) [][]byte
+	has            func(e []byte) bool
+	each           func(fn func(e []byte)) // every entry the index holds
+	put, del       func(e []byte) error
+	pending        *inlineQueue
+	// absent: the index's bucket is missing (a store written before it
+	// existed): nothing is written to it.
+	absent bool
+}
+
+// derivedIndexes are the store's indexes that hold entries per record: the
+// taken bitmap, the owner index and the pod index. (The imported index is
+// checked where it is read, Records; the records count in compareIndexes.)
+func (tx *Tx) derivedIndexes(rep *allocator.IndexRepair) []derivedIndex {
+	bits := takenBits{tx.taken}
+	addr := func(e []byte) netip.Addr { ip, _ := keyAddr(e); return ip }
+	pods := tx.podDrops()
+	return []derivedIndex{{
+		added: &rep.BitsSet, removed: &rep.BitsCleared,
+		entries: func(k, _ []byte, _ *allocator.Record) [][]byte {
+			if _, ok := keyAddr(k); ok {
+				return [][]byte{k}
+			}
+			return nil
+		},
+		has: func(e []byte) bool { return tx.taken != nil && bits.has(addr(e)) },
+		each: func(fn func([]byte)) {
+			tx.eachTakenBit(func(ip netip.Addr) { fn(addrKey(ip)) })
+		},
+		put: func(e []byte) error { return bits.set(addr(e), true) },
+		del: func(e []byte) error { return bits.set(addr(e), false) },
+	}, {
+		added: &rep.OwnerAdded, removed: &rep.OwnerRemoved,
+		entries: func(k, v []byte, r *allocator.Record) [][]byte {
+			owner := damagedOwner
+			if r != nil {
+				owner = [2]string{r.ContainerID, r.IfName}
+			} else if id, ifname := salvageOwner(v); id != "" {
+				owner = [2]string{id, ifname}
+			}
+			return [][]byte{append(ownerPrefix(owner[0], owner[1]), k...)}
+		},
+		has:  func(e []byte) bool { return tx.owners != nil && tx.owners.Get(e) != nil },
+		each: func(fn func([]byte)) { eachKey(tx.owners, fn) },
+		put:  func(e []byte) error { return tx.owners.Put(e, nil) },
+		del:  func(e []byte) error { return tx.owners.Delete(e) },
+	}, {
+		added: &rep.PodAdded, removed: &rep.PodRemoved,
+		entries: func(k, _ []byte, r *allocator.Record) [][]byte {
+			if r == nil || r.PodUID == "" {
+				return nil
+			}
+			return [][]byte{append(podPrefix(r.PodUID), k...)}
+		},
+		has:     func(e []byte) bool { return tx.pods != nil && tx.pods.Get(e) != nil },
+		each:    func(fn func([]byte)) { eachKey(tx.pods, fn) },
+		put:     func(e []byte) error { return tx.pods.Put(e, nil) },
+		del:     func(e []byte) error { return tx.pods.Delete(e) },
+		pending: &pods,
+		absent:  tx.pods == nil,
+	}}
+}
+
+// eachKey calls fn with a copy of every key of b (none when b is nil).
+func eachKey(b *bolt.Bucket, fn func([]byte)) {
+	if b == nil {
+		return
+	}
+	_ = b.ForEach(func(k, _ []byte) error {
+		fn(bytes.Clone(k))
+		return nil
+	})
+}
+
+// eachTakenBit calls fn with every address whose taken bit is set, in the
+// bitmap's well-formed blocks (badTakenBlocks lists the others).
+func (tx *Tx) eachTakenBit(fn func(netip.Addr)) {
+	if tx.taken == nil {
+		return
+	}
+	_ = tx.taken.ForEach(func(k, v []byte) error {
+		if !goodBlock(k, v) {
+			return nil
+		}
+		for off := nextBit(v, 0, true); off < blockBits; off = nextBit(v, off+1, true) {
+			fn(blockAddr(k, off))
+		}
+		return nil
+	})
+}
+
+// badTakenBlocks lists the bitmap's blocks of the wrong length or under a
+// key that is no block's.
+func (tx *Tx) badTakenBlocks() [][]byte {
+	var bad [][]byte
+	if tx.taken != nil {
+		_ = tx.taken.ForEach(func(k, v []byte) error {
+			if !goodBlock(k, v) {
+				bad = append(bad, bytes.Clone(k))
+			}
+			return nil
+		})
+	}
+	return bad
+}
+
+func goodBlock(k, v []byte) bool {
+	base, ok := keyAddr(k)
+	bk, _ := blockOf(base)
+	return ok && len(v) == blockBytes && bytes.Equal(bk, k)
+}
+
+// indexDiff is what one derived index lacks, holds in excess, and holds
+// queued though a record calls for it.
+type indexDiff struct {
+	want                    map[string]bool
+	missing, stray, unqueue [][]byte
+}
+
 // compareIndexes does VerifyIndexes and, with fix, RepairIndexes' writes
-// (the first write error is left in tx.err).
+// (the first write error is left in tx.err; a derived bucket other than the
+// pod index must exist when fix is set): one pass over the records
+// collects what each derived index should hold, one pass over each index
+// what it holds.
 func (tx *Tx) compareIndexes(why string, fix bool) allocator.IndexRepair {
 	rep := allocator.IndexRepair{Why: why, CountWas: -1}
 	if n, ok := tx.recordCount(); ok {
 		rep.CountWas = n
 	}
-	write := func(err error) {
-		if err != nil && tx.err == nil {
-			tx.err = err
-		}
+	idxs := tx.derivedIndexes(&rep)
+	diffs := make([]indexDiff, len(idxs))
+	for i := range diffs {
+		diffs[i].want = map[string]bool{}
 	}
-	keys := map[string]bool{}    // addrKey of every record with a valid address
-	owners := map[string]bool{}  // owner index keys the records call for
-	var missingBits []netip.Addr // records whose bit is clear
-	var missingOwners [][]byte   // owner index keys to add
-	pods := map[string]bool{}    // pod index keys the records call for
-	var missingPods [][]byte     // pod index keys to add
-	queued := map[string]bool{}  // pod index keys whose delete is deferred (poddrop)
-	var unqueue [][]byte         // keys the records call for, queued for deletion
-	if tx.poddrop != nil {
-		_ = tx.poddrop.ForEach(func(k, _ []byte) error {
-			queued[string(k)] = true
-			return nil
-		})
-	}
+	var addrs [][]byte // the key of every record with a valid address
 	_ = tx.allocs.ForEach(func(k, v []byte) error {
 		rep.Records++
-		ip, ok := keyAddr(k)
-		if ok {
-			keys[string(k)] = true
-			if tx.taken == nil || !(takenBits{tx.taken}).has(ip) {
-				missingBits = append(missingBits, ip)
-			}
+		if _, ok := keyAddr(k); ok {
+			addrs = append(addrs, bytes.Clone(k))
 		}
-		owner := damagedOwner
-		if r, err := decodeAt(k, v); err == nil {
-			owner = [2]string{r.ContainerID, r.IfName}
-			if r.PodUID != "" {
-				pk := append(podPrefix(r.PodUID), k...)
-				pods[string(pk)] = true
-				if tx.pods == nil || tx.pods.Get(pk) == nil {
-					missingPods = append(missingPods, pk)
-				} else if queued[string(pk)] {
-					unqueue = append(unqueue, pk) // the next flush would drop it
+		r, err := decodeAt(k, v)
+		if err != nil {
+			r = nil
+		}
+		for i, x := range idxs {
+			for _, e := range x.entries(k, v, r) {
+				diffs[i].want[string(e)] = true
+				switch {
+				case !x.has(e):
+					diffs[i].missing = append(diffs[i].missing, e)
+				case x.pending != nil && x.pending.has(e):
+					diffs[i].unqueue = append(diffs[i].unqueue, e) // the next flush would drop it
 				}
 			}
-		} else if id, ifname := salvageOwner(v); id != "" {
-			owner = [2]string{id, ifname}
-		}
-		ok2 := append(ownerPrefix(owner[0], owner[1]), k...)
-		owners[string(ok2)] = true
-		if tx.owners == nil || tx.owners.Get(ok2) == nil {
-			missingOwners = append(missingOwners, ok2)
 		}
 		return nil
 	})
-	var strayBits []netip.Addr
-	var badBlocks [][]byte // blocks of the wrong length or under a key that is no block's
-	if tx.taken != nil {
-		_ = tx.taken.ForEach(func(k, v []byte) error {
-			base, ok := keyAddr(k)
-			if bk, _ := blockOf(base); !ok || len(v) != blockBytes || !bytes.Equal(bk, k) {
-				badBlocks = append(badBlocks, bytes.Clone(k))
-				return nil
+	for i, x := range idxs {
+		x.each(func(e []byte) {
+			if !diffs[i].want[string(e)] && (x.pending == nil || !x.pending.has(e)) {
+				diffs[i].stray = append(diffs[i].stray, e)
 			}
-			for off := nextBit(v, 0, true); off < blockBits; off = nextBit(v, off+1, true) {
-				if a := blockAddr(k, off); !keys[string(addrKey(a))] {
-					strayBits = append(strayBits, a)
-				}
-			}
-			return nil
 		})
+		*x.added, *x.removed = len(diffs[i].missing)+len(diffs[i].unqueue), len(diffs[i].stray)
 	}
-	rep.BitsCleared += len(badBlocks)
-	var strayOwners [][]byte
-	if tx.owners != nil {
-		_ = tx.owners.ForEach(func(k, _ []byte) error {
-			if !owners[string(k)] {
-				strayOwners = append(strayOwners, bytes.Clone(k))
-			}
-			return nil
-		})
-	}
-	var strayPods [][]byte
-	if tx.pods != nil {
-		_ = tx.pods.ForEach(func(k, _ []byte) error {
-			if !pods[string(k)] && !queued[string(k)] {
-				strayPods = append(strayPods, bytes.Clone(k))
-			}
-			return nil
-		})
-	}
-	rep.PodAdded, rep.PodRemoved = len(missingPods)+len(unqueue), len(strayPods)
-	rep.BitsSet, rep.BitsCleared = len(missingBits), len(strayBits)
-	rep.OwnerAdded, rep.OwnerRemoved = len(missingOwners), len(strayOwners)
-	if !fix {
-		return rep
-	}
-	for _, k := range badBlocks {
-		write(tx.taken.Delete(k))
-	}
-	if len(badBlocks) > 0 {
-		// Their records' bits went with them: set every record's bit.
-		missingBits = missingBits[:0]
-		for k := range keys {
-			ip, _ := keyAddr([]byte(k))
-			missingBits = append(missingBits, ip)
+	if fix {
+		tx.applyIndexDiffs(idxs, diffs, addrs)
+		if rep.CountWas != rep.Records {
+			tx.keep(tx.setRecordCount(rep.Records))
 		}
-	}
-	for _, a := range missingBits {
-		write(takenBits{tx.taken}.set(a, true))
-	}
-	for _, a := range strayBits {
-		write(takenBits{tx.taken}.set(a, false))
-	}
-	for _, k := range missingOwners {
-		write(tx.owners.Put(k, nil))
-	}
-	for _, k := range strayOwners {
-		write(tx.owners.Delete(k))
-	}
-	if tx.pods != nil {
-		for _, k := range missingPods {
-			write(tx.pods.Put(k, nil))
-		}
-		for _, k := range strayPods {
-			write(tx.pods.Delete(k))
-		}
-	}
-	for _, k := range append(unqueue, missingPods...) {
-		if queued[string(k)] {
-			write(tx.poddrop.Delete(k))
-		}
-	}
-	if rep.CountWas != rep.Records {
-		write(tx.setRecordCount(rep.Records))
 	}
 	return rep
+}
+
+// applyIndexDiffs writes compareIndexes' findings: the bitmap's malformed
+// blocks go (and with them every record's bit is set again), then each
+// index gets its missing entries and loses its stray ones, and a pending
+// entry a record calls for leaves its queue.
+func (tx *Tx) applyIndexDiffs(idxs []derivedIndex, diffs []indexDiff, addrs [][]byte) {
+	if bad := tx.badTakenBlocks(); len(bad) > 0 {
+		for _, k := range bad {
+			tx.keep(tx.taken.Delete(k))
+		}
+		diffs[0].missing = addrs // idxs[0] is the bitmap
+	}
+	for i, x := range idxs {
+		if !x.absent {
+			for _, e := range diffs[i].missing {
+				tx.keep(x.put(e))
+			}
+			for _, e := range diffs[i].stray {
+				tx.keep(x.del(e))
+			}
+		}
+		if x.pending != nil {
+			for _, e := range append(diffs[i].unqueue, diffs[i].missing...) {
+				tx.keep(x.pending.remove(e))
+			}
+		}
+	}
+}
+
+// keep records err as the first write error of a multi-write helper.
+func (tx *Tx) keep(err error) {
+	if err != nil && tx.err == nil {
+		tx.err = err
+	}
 }

@@ -30,7 +30,7 @@ import (
 //	            (audit.go); absent from stores written before it, created by
 //	            the first write of an audit entry
 //	imported    addrKey(ip) -> nil for each record imported from host-local
-//	            and still held (see ReleaseVanishedHostLocal)
+//	            and still held (see ReleaseHostLocalGone)
 //
 // meta also keeps "records", the number of records in allocs (8 bytes, big
 // endian), written in the same transaction as every record put or deleted: it
@@ -88,9 +88,8 @@ func keyAddr(k []byte) (netip.Addr, bool) {
 // ownerPrefix is the owners index's key prefix for an attachment: an 8-byte
 // hash of containerID \0 ifname; a key is the prefix followed by addrKey(ip).
 // Short keys keep the index shallow (a /16's 65 536 entries in three levels
-// instead of four: one page less to fault, copy and write per ADD and DEL,
-// 6ef4247); ByOwner compares
-// each record's owner, so owners whose hashes collide are still told apart.
+// instead of four: one page less to fault, copy and write per ADD and DEL);
+// Records compares each record's owner, so owners whose hashes collide are still told apart.
 func ownerPrefix(containerID, ifname string) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8+17), ownerHash(containerID, ifname))
 }
@@ -106,7 +105,7 @@ var ownerHash = func(containerID, ifname string) uint64 {
 }
 
 // podPrefix is the pod index's key prefix for a pod UID: an 8-byte FNV-1a
-// hash of the UID (ByPodUID compares each record's UID, so colliding UIDs
+// hash of the UID (Records compares each record's UID, so colliding UIDs
 // are told apart); a key is the prefix followed by addrKey(ip).
 func podPrefix(uid string) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8+17), podHash(uid))

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hostlease/hostlease/internal/proclocks"
+	"github.com/hostlease/hostlease/internal/testing/proclocks"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 

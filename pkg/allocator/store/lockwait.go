@@ -24,8 +24,8 @@ var errLockWait = errors.New("lock wait timed out")
 // polls instead: flock(LOCK_NB), and on EWOULDBLOCK it sleeps 50ms and tries
 // again. Each transaction holds the lock ~2ms, so with a few dozen plugin
 // processes (a burst of pod starts) a poller keeps finding the lock taken and
-// waits for seconds. Measured with 32 processes: p99 4.3s, max 9.7s against
-// the 10s default lockTimeout, i.e. spurious CNI error 11.
+// can wait for most of the default lockTimeout, i.e. spurious CNI error 11
+// (figures in docs/benchmarks.md).
 //
 // On timeout the waiting goroutine is abandoned: when it gets the lock later
 // it closes f, which releases the lock; the caller must not use f then. Any

@@ -106,3 +106,35 @@ func (tx *Tx) SetHostLocalExport(m allocator.HostLocalExport) error {
 	}
 	return tx.meta.Put(keyExport, v)
 }
+
+// Configure records the network's name and its range sets
+// (allocator.Store): SetNetwork, then SetRangeSets.
+func (tx *Tx) Configure(network string, sets []allocator.StoredRangeSet) error {
+	if err := tx.SetNetwork(network); err != nil {
+		return err
+	}
+	return tx.SetRangeSets(sets)
+}
+
+// HostLocalMark is the store's record of host-local (allocator.Store):
+// Migrated and the export mark.
+func (tx *Tx) HostLocalMark() allocator.HostLocalMark {
+	m := allocator.HostLocalMark{Imported: tx.Migrated()}
+	m.Export, m.Exported = tx.HostLocalExport()
+	return m
+}
+
+// SetHostLocalMark records m: MarkMigrated(now) when m is Imported and the
+// store was not, the export mark when m is Exported and it changed.
+func (tx *Tx) SetHostLocalMark(m allocator.HostLocalMark, now time.Time) error {
+	cur := tx.HostLocalMark()
+	if m.Imported && !cur.Imported {
+		if err := tx.MarkMigrated(now); err != nil {
+			return err
+		}
+	}
+	if m.Exported && (!cur.Exported || m.Export != cur.Export) {
+		return tx.SetHostLocalExport(m.Export)
+	}
+	return nil
+}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 func TestAuditLogBoundedAndOrdered(t *testing.T) {

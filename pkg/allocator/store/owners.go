@@ -4,44 +4,11 @@ package store
 // others.
 
 import (
-	"bytes"
 	"fmt"
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
-
-// ByOwner returns the records held by (containerID, ifname), in address
-// order, as the owner index lists them. A listed record that does not decode
-// is skipped and noted (DamagedSeen): its address stays reserved. ByOwner
-// trusts the index to be complete; Held verifies that before concluding that
-// an attachment holds nothing.
-func (tx *Tx) ByOwner(containerID, ifname string) ([]*allocator.Record, error) {
-	var out []*allocator.Record
-	if tx.owners == nil {
-		// A read-only view of a store that lost its owner index (damage;
-		// the next read-write open restores it): look at every record.
-		return tx.scanOwner(containerID, ifname), nil
-	}
-	prefix := ownerPrefix(containerID, ifname)
-	c := tx.owners.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		key := k[len(prefix):]
-		v := tx.allocs.Get(key)
-		if v == nil {
-			continue
-		}
-		r, err := decodeAt(key, v)
-		if err != nil {
-			tx.noteDamaged(newDamaged(key, v, err))
-			continue
-		}
-		if r.ContainerID == containerID && r.IfName == ifname {
-			out = append(out, r)
-		}
-	}
-	return out, nil
-}
 
 // scanOwner finds (containerID, ifname)'s records by reading every record:
 // the answer when the owner index cannot be trusted. Damaged records are
@@ -108,22 +75,19 @@ func needScan(records int, known bool, agree func() bool) bool {
 	return !agree()
 }
 
-// HeldBy returns the records held by exactly (containerID, ifname), verified
-// against the records: an empty answer from the owner index is believed only
-// for a large store whose indexes agree with the records count (needScan;
+// verifyNone is the check behind Query.Verify for an attachment the owner
+// index lists no record of: the empty answer is believed only for a large
+// store whose indexes agree with the records count (needScan;
 // indexesAgree reads no record); otherwise the records are read, and in a
 // write transaction the indexes are repaired from them when they disagree
 // (audited; Repairs).
-func (tx *Tx) HeldBy(containerID, ifname string) ([]*allocator.Record, error) {
-	recs, err := tx.ByOwner(containerID, ifname)
-	if err != nil || len(recs) > 0 {
-		return recs, err
-	}
+func (tx *Tx) verifyNone(a allocator.Attachment) ([]*allocator.Record, error) {
+	containerID, ifname := a.ContainerID, a.IfName
 	n, known := tx.recordCount()
 	if !needScan(n, known, tx.indexesAgree) {
 		return nil, nil
 	}
-	recs = tx.scanOwner(containerID, ifname)
+	recs := tx.scanOwner(containerID, ifname)
 	if tx.btx.Writable() && (len(recs) > 0 || !tx.indexesAgree()) {
 		why := fmt.Sprintf("lookup of container %s ifname %q: the indexes disagree with the records count", containerID, ifname)
 		if len(recs) > 0 {

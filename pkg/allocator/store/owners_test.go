@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // TestOwnersIndexCollisions: the owners index is keyed by a hash of the
@@ -33,14 +33,14 @@ func TestOwnersIndexCollisions(t *testing.T) {
 		if prev, _, err := tx.Replace(rec("10.0.0.3", "c1", "eth0")); err != nil || prev == nil || prev.ContainerID != "c2" {
 			t.Errorf("Replace = %+v, %v; want c2's record", prev, err)
 		}
-		if _, err := tx.Delete(netip.MustParseAddr("10.0.0.5")); err != nil {
+		if _, err := tx.remove(netip.MustParseAddr("10.0.0.5")); err != nil {
 			return err
 		}
 		for _, tc := range []struct {
 			id, ifname string
 			want       []string
 		}{{"c1", "eth0", []string{"10.0.0.2", "10.0.0.3"}}, {"c2", "eth0", nil}, {"c1", "net1", []string{"10.0.0.4"}}, {"c3", "eth0", nil}} {
-			recs, err := tx.ByOwner(tc.id, tc.ifname)
+			recs, err := tx.byOwner(tc.id, tc.ifname)
 			if err != nil {
 				return err
 			}
@@ -65,7 +65,7 @@ func TestOwnersIndex(t *testing.T) {
 		return nil
 	})
 	byOwner := func(tx *Tx, id, ifname string) []string {
-		recs, err := tx.ByOwner(id, ifname)
+		recs, err := tx.byOwner(id, ifname)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,10 +94,10 @@ func TestOwnersIndex(t *testing.T) {
 		if err := tx.Put(r); err != nil {
 			return err
 		}
-		if got, err := tx.Delete(netip.MustParseAddr("fd00::3")); err != nil || got == nil || got.ContainerID != "c1" {
+		if got, err := tx.remove(netip.MustParseAddr("fd00::3")); err != nil || got == nil || got.ContainerID != "c1" {
 			t.Errorf("Delete(fd00::3) = %+v, %v", got, err)
 		}
-		if got, err := tx.Delete(netip.MustParseAddr("10.0.0.99")); err != nil || got != nil {
+		if got, err := tx.remove(netip.MustParseAddr("10.0.0.99")); err != nil || got != nil {
 			t.Errorf("Delete of a free address = %+v, %v; want nil, nil", got, err)
 		}
 		return nil
@@ -128,7 +128,7 @@ func TestOwnersIndexRandom(t *testing.T) {
 			for range 1 + r.IntN(4) {
 				ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(r.IntN(24))})
 				if r.IntN(3) == 0 {
-					if _, err := tx.Delete(ip); err != nil {
+					if _, err := tx.remove(ip); err != nil {
 						return err
 					}
 					delete(model, ip)
@@ -161,7 +161,7 @@ func TestOwnersIndexRandom(t *testing.T) {
 					}
 				}
 				slices.SortFunc(want, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
-				recs, err := tx.ByOwner(o[0], o[1])
+				recs, err := tx.byOwner(o[0], o[1])
 				if err != nil {
 					return err
 				}

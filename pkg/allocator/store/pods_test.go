@@ -18,9 +18,14 @@ func podRec(ip, id, uid string) *allocator.Record {
 	return r
 }
 
+// byPod is the pod index's answer for uid; an empty uid is no pod (a zero
+// Query.PodUID selects nothing by pod, so the plugin never asks for it).
 func byPod(t *testing.T, tx *Tx, uid string) []string {
 	t.Helper()
-	recs, err := tx.ByPodUID(uid)
+	if uid == "" {
+		return []string{}
+	}
+	recs, err := tx.Records(allocator.Query{PodUID: uid})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +57,7 @@ func TestPodIndex(t *testing.T) {
 				if _, _, err := tx.Replace(podRec("10.0.0.4", "e", "u1")); err != nil {
 					return err
 				}
-				if _, err := tx.Delete(netip.MustParseAddr("10.0.0.2")); err != nil {
+				if _, err := tx.remove(netip.MustParseAddr("10.0.0.2")); err != nil {
 					return err
 				}
 				return nil
@@ -213,7 +218,7 @@ func TestPodIndexDeferredDeletes(t *testing.T) {
 	const releases = 80
 	for i := range releases {
 		update(t, s, func(tx *Tx) error {
-			_, err := tx.Delete(netip.MustParseAddr(podIP(i)))
+			_, err := tx.remove(netip.MustParseAddr(podIP(i)))
 			return err
 		})
 		if root := podRoot(); root != before {
@@ -253,7 +258,7 @@ func TestPodDropOfALiveEntryIsRepaired(t *testing.T) {
 				return err
 			}
 		}
-		_, err := tx.Delete(netip.MustParseAddr("10.0.0.3")) // creates the queue
+		_, err := tx.remove(netip.MustParseAddr("10.0.0.3")) // creates the queue
 		return err
 	})
 	live := append(podPrefix("u1"), addrKey(netip.MustParseAddr("10.0.0.2"))...)
@@ -269,7 +274,7 @@ func TestPodDropOfALiveEntryIsRepaired(t *testing.T) {
 		return err
 	})
 	consistent(t, s)
-	update(t, s, func(tx *Tx) error { return tx.flushPodDrops(tx.poddrop, podPrefix("none")) })
+	update(t, s, func(tx *Tx) error { return tx.flushPodDrops(tx.podDrops(), podPrefix("none")) })
 	view(t, s, func(tx *Tx) error {
 		eq(t, "u1 after a flush", byPod(t, tx, "u1"), []string{"10.0.0.2"})
 		return nil

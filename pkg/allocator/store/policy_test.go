@@ -10,8 +10,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/hostlease/hostlease/internal/testing/rangetest"
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/internal/rangetest"
 )
 
 // Helpers that run the allocation policy (package allocator) on a real
@@ -75,7 +75,7 @@ func held(t *testing.T, s *Store, id, ifname string) []string {
 	var recs []*allocator.Record
 	view(t, s, func(tx *Tx) error {
 		var err error
-		recs, err = allocator.Held(tx, id, ifname)
+		recs, err = allocator.AttachmentRecords(tx, id, ifname)
 		return err
 	})
 	return ips(recs)
@@ -127,7 +127,7 @@ func TestPolicyKeepsIndexes(t *testing.T) {
 	})
 	check("after an import")
 	view(t, s, func(tx *Tx) error {
-		recs, err := tx.HostLocalRecords()
+		recs, err := tx.Records(allocator.Query{Imported: true})
 		eq(t, "imported records", ips(recs), []string{"10.0.0.5", "10.0.0.6"})
 		n := 0
 		tx.imported.ForEach(func(_, _ []byte) error { n++; return nil })
@@ -137,7 +137,7 @@ func TestPolicyKeepsIndexes(t *testing.T) {
 	eq(t, "DEL an imported record", release(t, s, "hl1", "eth0"), []string{"10.0.0.5"})
 	check("after releasing an imported record")
 	view(t, s, func(tx *Tx) error {
-		recs, err := tx.HostLocalRecords()
+		recs, err := tx.Records(allocator.Query{Imported: true})
 		eq(t, "imported records after the release", ips(recs), []string{"10.0.0.6"})
 		return err
 	})

@@ -137,23 +137,43 @@ func (tx *Tx) putRecord(r *allocator.Record, key []byte, isNew bool) error {
 	return nil
 }
 
-// Delete removes the record holding ip (and its index entries) and returns
-// it, or nil when the address was free. A damaged record is removed too and
-// returned as a Record with only its IP set.
-func (tx *Tx) Delete(ip netip.Addr) (*allocator.Record, error) {
+// remove deletes whatever record holds ip (and its index entries), without
+// an audit entry, and returns it, or nil when the address was free (a
+// damaged record as a Record with only its IP set). Only the store's tests
+// delete without auditing.
+func (tx *Tx) remove(ip netip.Addr) (*allocator.Record, error) {
 	switch r, d := tx.Lookup(ip); {
 	case d != nil:
-		return &allocator.Record{IP: ip}, tx.DeleteDamaged(ip)
+		return &allocator.Record{IP: ip}, tx.deleteDamaged(ip)
 	case r != nil:
-		return r, tx.DeleteRecord(r)
+		return r, tx.deleteRecord(r)
 	}
 	return nil, nil
 }
 
-// DeleteDamaged removes the record under ip, which does not decode, and
+// Release deletes r, read from this transaction (so its owner is the stored
+// one), and its index entries, and appends ev to the audit log: the only
+// delete of a healthy record (allocator.Store).
+func (tx *Tx) Release(r *allocator.Record, ev allocator.AuditEvent) error {
+	if err := tx.deleteRecord(r); err != nil {
+		return err
+	}
+	return tx.Audit(ev)
+}
+
+// ReleaseDamaged deletes the record under ip, which does not decode, and
+// every index entry pointing at it, and appends ev to the audit log.
+func (tx *Tx) ReleaseDamaged(ip netip.Addr, ev allocator.AuditEvent) error {
+	if err := tx.deleteDamaged(ip); err != nil {
+		return err
+	}
+	return tx.Audit(ev)
+}
+
+// deleteDamaged removes the record under ip, which does not decode, and
 // every index entry pointing at it (its owner is unknown, so the owner index
-// is searched). It writes no audit entry (allocator.ReleaseIP does).
-func (tx *Tx) DeleteDamaged(ip netip.Addr) error {
+// is searched).
+func (tx *Tx) deleteDamaged(ip netip.Addr) error {
 	key := addrKey(ip)
 	if err := tx.dropOwnerEntries(key); err != nil {
 		return err
@@ -193,10 +213,9 @@ func (tx *Tx) dropOwnerEntries(key []byte) error {
 	return nil
 }
 
-// DeleteRecord removes r, read from this transaction (so its owner is the
-// stored one), and its index entries, without reading and decoding it again.
-// It writes no audit entry (allocator.ReleaseRecord does).
-func (tx *Tx) DeleteRecord(r *allocator.Record) error {
+// deleteRecord removes r, read from this transaction, and its index
+// entries, without reading and decoding it again.
+func (tx *Tx) deleteRecord(r *allocator.Record) error {
 	key := addrKey(r.IP)
 	if err := tx.owners.Delete(append(ownerPrefix(r.ContainerID, r.IfName), key...)); err != nil {
 		return err

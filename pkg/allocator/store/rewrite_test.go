@@ -25,7 +25,7 @@ func checkSweepIndexes(t *testing.T, path string) {
 			if !tx.Taken(r.IP) {
 				t.Errorf("%s missing from the taken index", r.IP)
 			}
-			byOwner, err := tx.ByOwner(r.ContainerID, r.IfName)
+			byOwner, err := tx.byOwner(r.ContainerID, r.IfName)
 			if err != nil || len(byOwner) != 1 || byOwner[0].IP != r.IP {
 				t.Errorf("owners index of %s/%s: %v (%v), want %s", r.ContainerID, r.IfName, byOwner, err, r.IP)
 			}
@@ -73,10 +73,10 @@ func TestPutIfUnchanged(t *testing.T) {
 		if err := tx.Put(r); err != nil {
 			return err
 		}
-		if _, err := tx.Delete(seen[2].Rec.IP); err != nil {
+		if _, err := tx.remove(seen[2].Rec.IP); err != nil {
 			return err
 		}
-		if _, err := tx.Delete(seen[3].Rec.IP); err != nil {
+		if _, err := tx.remove(seen[3].Rec.IP); err != nil {
 			return err
 		}
 		return tx.Put(&allocator.Record{IP: seen[3].Rec.IP, ContainerID: "other", IfName: "eth0", State: allocator.StatePending, Created: seen[3].Rec.Created})

@@ -199,11 +199,10 @@ func (s *Store) Close() error {
 // UnlockForExit releases the file lock of a process that is about to exit,
 // leaving the file mapped: the kernel tears the mapping down at exit, which
 // costs less than munmap while the Go runtime's other threads may hold it in
-// their TLBs (each munmap then interrupts every CPU they ran on): measured
-// (42ed48c, 300 pairs interleaved) close 94-120 -> 18-35 us, exit +15-60 us.
-// The plugin
-// calls it right after its one transaction committed, so that concurrent
-// calls waiting for the lock start at once. The Store must not be used after.
+// their TLBs (each munmap then interrupts every CPU they ran on; figures in
+// docs/benchmarks.md). The plugin calls it right after its one transaction
+// committed, so that concurrent calls waiting for the lock start at once.
+// The Store must not be used after.
 func (s *Store) UnlockForExit() error {
 	if s.held {
 		return nil
@@ -217,7 +216,7 @@ func (s *Store) UnlockForExit() error {
 // Update runs fn in one durable read-write transaction: all of fn's writes
 // land together (fsynced) or none do. A transaction in which fn wrote nothing
 // is rolled back instead of committed: a commit costs two fdatasyncs even when
-// empty (0.6-1.5 ms of wall time here, docs/benchmarks.md), and a repeated
+// empty (docs/benchmarks.md), and a repeated
 // DEL (runtimes retry teardown) or a commit marker finding its records
 // already committed change nothing.
 //
@@ -244,10 +243,8 @@ func (s *Store) Update(fn func(*Tx) error) (err error) {
 		// Addresses are handed out in ascending (round-robin) order, so
 		// allocs mostly grows at its end. bbolt's default split point (50%)
 		// would leave every leaf half empty for good; at 90% an ADD that
-		// steps over reserved addresses to find a free one (1 000 of them
-		// at 99.9 % of a pool) reads about half as many pages: measured
-		// (942cfd2) on a /18 filled by 16 381 exec'd ADDs, allocs leaves
-		// 4 094 -> 2 339, the file 19.2 -> 11.9 MB, such an ADD 351 -> 301 us.
+		// steps over taken addresses to find a free one reads about half
+		// as many pages, and the file is smaller (docs/benchmarks.md).
 		tx.allocs.FillPercent = 0.9
 	}
 	err = fn(tx)
@@ -311,9 +308,9 @@ func wrapTx(btx *bolt.Tx, by string) *Tx {
 		auditq:     btx.Bucket(bucketAuditQueue),
 		poddrop:    btx.Bucket(bucketPodDrops),
 	}
-	tx.reserved = takenBits{tx.taken}
+	tx.takenIdx = takenBits{tx.taken}
 	if tx.taken == nil {
-		tx.reserved = recordKeys{tx.allocs}
+		tx.takenIdx = recordKeys{tx.allocs}
 	}
 	return tx
 }

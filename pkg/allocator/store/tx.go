@@ -22,8 +22,8 @@ type Tx struct {
 	// nil in a store written before it existed, until the first release
 	// of a record with a pod UID creates it.
 	poddrop *bolt.Bucket
-	// reserved reads the reserved addresses: the taken bitmap (see wrapTx).
-	reserved reservedIndex
+	// takenIdx reads the taken addresses: the taken bitmap (see wrapTx).
+	takenIdx takenIndex
 
 	// damagedSeen are the undecodable records this transaction met (each
 	// once); repairs the index repairs it made. Callers log them.

@@ -1,0 +1,203 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
+)
+
+// This file is the sweep's act stage: it carries out the plan (writes,
+// rebuilds) and records in the report what it did. A dry run's plan is
+// empty, so it does nothing.
+
+// rebuild sets aside and rebuilds each store the plan says to, and reads the
+// rebuilt store back so the sweep carries on with it.
+func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []CRISandbox) {
+	for _, nr := range rep.Networks {
+		if ErrorClass(nr.Err) != ClassUnreadable {
+			continue
+		}
+		if nr.rebuild {
+			aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.stores[nr.Path].rangeSets, s.now(), RebuildUnreadable, allocator.ByDaemon)
+			switch {
+			case errors.Is(err, ErrNotRebuilt):
+				// Another process (a second daemon, the CLI) rebuilt it
+				// since it was read: sweep what is there now.
+				nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
+			case err != nil:
+				nr.rebuildErr = err
+			default:
+				nr.Rebuilt, nr.rebuiltN = aside, n
+				nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
+			}
+		}
+		if nr.Err != nil && rep.Result == SweepOK {
+			rep.Result = SweepStoreError // not rebuilt although CRI answered
+		}
+	}
+}
+
+// cleanTemp removes plugins' stale temporary stores when the plan says so.
+func (s *Sweeper) cleanTemp(rep *SweepReport) {
+	if rep.cleanTemp {
+		// A plugin killed during a network's first use leaves its temporary
+		// store behind; nothing else removes it.
+		rep.tempRemoved, rep.tempErr = store.CleanStaleTemp(s.Opts.DataDir, store.StaleTempAge, time.Now())
+	}
+}
+
+// act writes one network's plan (nothing when the store was not read, or
+// failed since).
+func (s *Sweeper) act(rep *SweepReport, nr *NetworkReport, now time.Time) {
+	if !nr.readable() {
+		return
+	}
+	if err := s.apply(nr, now); err != nil {
+		nr.Err, nr.writeFailed = err, true
+		nr.storeErrors = append(nr.storeErrors, storeError{ErrorClass(err), errnoOf(err)})
+		rep.Result = SweepStoreError
+	}
+}
+
+// apply writes one network's plan in a single transaction. Each record is
+// changed only if it is still the same allocation (allocator.SameAllocation):
+// a plugin may have released and re-allocated the address since the
+// snapshot, and that new allocation must not be touched. A reclaim is a
+// release with its audit entry (allocator.ReleaseRecord).
+//
+// New values are encoded before the store is opened (planWrites); under the
+// exclusive lock a record still holding the bytes the snapshot saw is simply
+// replaced (equal bytes prove it is the same allocation, unchanged), and only
+// a record that changed since is decoded and checked again.
+func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
+	plan := &nr.plan
+	if plan.empty() {
+		// Nothing to store: no write transaction, so no exclusive lock and no
+		// fdatasyncs (an empty bbolt commit still writes its meta page) that
+		// plugin calls would wait behind.
+		return nil
+	}
+	st, err := store.Open(nr.Path, store.OpenOptions{LockTimeout: storeLockTimeout, By: allocator.ByDaemon})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var done applied
+	err = st.Update(func(tx *store.Tx) error {
+		done = applied{stored: done.stored[:0]}
+		return s.applyPlan(tx, nr, now, &done)
+	})
+	if err == nil {
+		nr.Reclaimed, nr.Committed, nr.ReReserved, nr.HostLocalReleased, nr.IndexRepair = done.reclaimed, done.committed, done.rereserved, done.hostLocal, done.repair
+		// What was just written need not be decoded again next sweep.
+		cache := &s.stores[nr.Path].decoded
+		for _, w := range done.stored {
+			cache.Stored(w)
+		}
+	}
+	return err
+}
+
+// applied is what one write transaction did.
+type applied struct {
+	reclaimed  []ReclaimedRecord
+	stored     []store.Rewrite // prepared values written as they were
+	rereserved []ReReserve
+	hostLocal  []*allocator.Record
+	repair     allocator.IndexRepair
+	committed  int
+}
+
+// applyPlan is apply's transaction: the index repair, the re-reservations,
+// the releases of vanished host-local files, then the decisions, in order.
+func (s *Sweeper) applyPlan(tx *store.Tx, nr *NetworkReport, now time.Time, done *applied) error {
+	plan := &nr.plan
+	var err error
+	if plan.repairIndexes {
+		// Records are the truth: the indexes are rebuilt from them first
+		// (audited by the allocator), under this write lock.
+		if done.repair, err = tx.RepairIndexes("hostlease-gc sweep", now); err != nil {
+			return err
+		}
+	}
+	// Before any reclaim: a reclaim must not free an address a READY
+	// sandbox uses.
+	if done.rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, plan.reReserve, now); err != nil {
+		return err
+	}
+	if plan.releaseHostLocal {
+		if done.hostLocal, err = allocator.ReleaseHostLocalGone(tx, s.hostLocalDir(nr.Network), allocator.ByDaemon, now); err != nil {
+			return err
+		}
+	}
+	for _, w := range plan.writes {
+		if err := applyWrite(tx, w, now, done); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyWrite stores one decision, if its record is still the same
+// allocation.
+func applyWrite(tx *store.Tx, w plannedWrite, now time.Time, done *applied) error {
+	d := w.d
+	if w.prepared {
+		ok, err := tx.PutIfUnchanged(w.rewrite)
+		if err != nil {
+			return err
+		}
+		if ok {
+			done.stored = append(done.stored, w.rewrite)
+			if d.Action == MarkCommitted {
+				done.committed++
+			}
+			return nil
+		}
+	}
+	cur, _ := tx.Lookup(d.Record.IP)
+	if cur == nil || !allocator.SameAllocation(cur, d.Record) {
+		return nil // released (and perhaps reserved again) since the snapshot
+	}
+	switch d.Action {
+	case Reclaim:
+		why := allocator.Why{Action: allocator.AuditReclaim, Reason: string(d.Reason) + ": " + d.Detail, By: allocator.ByDaemon}
+		if err := allocator.ReleaseRecord(tx, cur, why, now); err != nil {
+			return err
+		}
+		done.reclaimed = append(done.reclaimed, ReclaimedRecord{Record: cur, Reason: d.Reason, Detail: d.Detail})
+		return nil
+	case MarkCommitted:
+		cur.State, cur.Committed = allocator.StateCommitted, now
+		done.committed++
+	default:
+		if cur.Obs == d.Obs {
+			return nil
+		}
+	}
+	cur.Obs = d.Obs
+	return tx.Put(cur)
+}
+
+// parallelMin is the least number of items worth splitting over goroutines.
+const parallelMin = 1024
+
+// inParallel calls fn over [0, n) split into contiguous parts, one goroutine
+// per CPU when n is large, and returns when all are done.
+func inParallel(n int, fn func(lo, hi int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/(parallelMin/2))
+	if workers <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() { fn(w*n/workers, (w+1)*n/workers) })
+	}
+	wg.Wait()
+}

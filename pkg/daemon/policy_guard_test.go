@@ -1,0 +1,85 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+)
+
+// The policy's safeguards against a bad view of the node: an incomplete CRI
+// answer, a mass reclaim; and which decisions a sweep writes.
+
+// fakeListCRI is a CRI whose ListSandboxes answer is scripted.
+type fakeListCRI struct {
+	list []CRISandbox
+	err  error
+}
+
+func (f *fakeListCRI) ListSandboxes(context.Context) ([]CRISandbox, error) { return f.list, f.err }
+func (f *fakeListCRI) SandboxIPs(context.Context, string) ([]netip.Addr, error) {
+	return nil, errors.New("not scripted")
+}
+func (f *fakeListCRI) Close() error { return nil }
+
+// ListView judges the CRI answer; an answer it distrusts reclaims nothing
+// through Decide and leaves observations as they were.
+func TestListViewIncompleteReclaimsNothing(t *testing.T) {
+	cases := []struct {
+		name      string
+		cri       *fakeListCRI
+		committed int
+		complete  bool
+		why       string
+	}{
+		{"list error", &fakeListCRI{err: errors.New("connection refused")}, 1, false, "connection refused"},
+		{"empty list while committed records exist", &fakeListCRI{list: []CRISandbox{}}, 3, false, "3 committed"},
+		{"nil list while committed records exist", &fakeListCRI{}, 1, false, "no sandboxes"},
+		{"sandbox without an ID", &fakeListCRI{list: []CRISandbox{{ID: "sb-z", State: SandboxReady}, {State: SandboxReady}}}, 0, false, "without an ID"},
+		{"empty list on an empty node", &fakeListCRI{list: []CRISandbox{}}, 0, true, ""},
+		{"other sandboxes listed", &fakeListCRI{list: []CRISandbox{{ID: "sb-z", State: SandboxReady}}}, 5, true, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			view, _ := ListView(context.Background(), tc.cri, tc.committed, late)
+			if view.Complete != tc.complete {
+				t.Fatalf("Complete=%v (why %q), want %v", view.Complete, view.Why, tc.complete)
+			}
+			if !view.ListedAt.Equal(late) {
+				t.Errorf("ListedAt=%v, want the time the list was asked for", view.ListedAt)
+			}
+			if !strings.Contains(view.Why, tc.why) {
+				t.Errorf("Why=%q, want it to mention %q", view.Why, tc.why)
+			}
+			recs := []*allocator.Record{due(), prec(missed(0, time.Time{}), func(r *allocator.Record) { r.IP, r.ContainerID = ipOther, "sb-b" })}
+			v := Decide(testPolicy, []Candidate{{Record: recs[0], NetnsGone: true}, {Record: recs[1]}}, testPool, view, apiWith(), late)
+			for i, d := range v.Decisions {
+				if tc.complete {
+					if i == 0 && d.Action != Reclaim {
+						t.Errorf("complete answer without the sandbox: %v %q, want reclaim", d.Action, d.Reason)
+					}
+					continue
+				}
+				if d.Action != Keep || d.Reason != "cri_unavailable" {
+					t.Errorf("record %s: %v %q, want keep cri_unavailable", d.Record.IP, d.Action, d.Reason)
+				}
+				o, want := d.Obs, recs[i].Obs
+				if o.Misses != want.Misses || !o.FirstMissed.Equal(want.FirstMissed) || o.SandboxState != want.SandboxState {
+					t.Errorf("record %s: observation changed %+v -> %+v", d.Record.IP, want, o)
+				}
+			}
+		})
+	}
+}
+
+func TestPolicyFromOptions(t *testing.T) {
+	o := &Options{Misses: 4, Grace: time.Minute, MinAge: 7 * time.Minute, NetnsGrace: 5 * time.Second, MaxReclaimFraction: 0.25}
+	want := Policy{Misses: 4, Grace: time.Minute, MinAge: 7 * time.Minute, NetnsGrace: 5 * time.Second, MaxReclaimFraction: 0.25}
+	if got := PolicyFromOptions(o); got != want {
+		t.Fatalf("PolicyFromOptions = %+v, want %+v", got, want)
+	}
+}

@@ -1,0 +1,289 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
+)
+
+// Sweeper reconciles every store under the data dir with CRI. It keeps no store
+// open between sweeps.
+//
+// A sweep is a pipeline of plain values (docs/architecture.md, "The path of
+// a sweep"): observe (observe.go: the stores' snapshots, CRI, the node's
+// netns and host-local files, then the API server when a reclaim could be
+// vetoed) → decide (decide.go, policy.go: pure functions of what was
+// observed, --dry-run and the clock) → act (act.go: the writes and rebuilds
+// the plan holds; a dry run's plan holds none) → report (report.go: logs and
+// Events; metrics.go: the collector that exports the last report).
+type Sweeper struct {
+	Opts    *Options
+	CRI     CRI
+	Kube    *Kube // nil: no API server
+	Metrics *Metrics
+	Log     *slog.Logger
+	Now     func() time.Time
+	// Boot tells the node's boot time; nil reads <Opts.ProcDir>/stat.
+	Boot BootClock
+
+	mu sync.Mutex // one sweep at a time
+	// stores is the state kept of each store between sweeps, by path.
+	stores map[string]*storeState
+	// infoWrites overrides MaxInfoWrites (tests).
+	infoWrites int
+	// bootErr is the last boot-time error logged, to log a new one once.
+	bootErr string
+	// sweeps counts sweeps, to verify the indexes every verifyEvery.
+	sweeps int
+	// netnsLogged is the netns proof state last logged, to log a change once.
+	netnsLogged string
+	// statusIPs caches the addresses of READY sandboxes no record names, by
+	// sandbox ID (see sandboxUses).
+	statusIPs map[string][]netip.Addr
+}
+
+// storeState is what the sweeper keeps of one store between sweeps. It is
+// created when a sweep first finds the store and deleted when a sweep no
+// longer finds it (syncStores), and nowhere else.
+type storeState struct {
+	network string // as last read, for the log line when it is forgotten
+	// decoded keeps the records as decoded last sweep, so a sweep decodes
+	// only the records that changed since.
+	decoded store.RecordCache
+	// rangeSets are the range sets last read, so a store that turns
+	// unreadable is rebuilt with only the addresses that belong to it.
+	rangeSets []allocator.StoredRangeSet
+	// committed is how many committed records written since the boot the
+	// store held when last read.
+	committed int
+	// auditMark is the last audit sequence read (each plugin release is
+	// reported once; the store also keeps the last one reported, for the
+	// daemon's next start).
+	auditMark uint64
+	// unposted are plugin releases whose Event could not be posted: posted
+	// again each sweep until they are (report.go). While any is left, or
+	// some were dropped (unpostedDropped), the store's reported mark is not
+	// moved, so a restarted daemon reports them again.
+	unposted        []allocator.AuditEvent
+	unpostedDropped bool
+	// dryObs holds, under --dry-run, the observations a real sweep would
+	// have stored, so misses accumulate across sweeps without writing.
+	dryObs map[obsKey]allocator.Observation
+}
+
+// obsKey identifies one allocation (not just its address) across sweeps.
+type obsKey struct {
+	ip              netip.Addr
+	container, ifc  string
+	createdUnixNano int64
+}
+
+func keyOf(r *allocator.Record) obsKey {
+	return obsKey{r.IP, r.ContainerID, r.IfName, r.Created.UnixNano()}
+}
+
+// SweepReport is one sweep: what it observed, decided and did.
+type SweepReport struct {
+	Result string // SweepOK, SweepCRIError or SweepStoreError
+	DryRun bool
+	CRI    CRIView
+	// CRIReached: ListPodSandbox answered (even if implausibly).
+	CRIReached bool
+	API        APIView
+	// Netns is the node-wide verdict on the netns proof (NetnsProof).
+	Netns NetnsProofStatus
+	// DataDir is what the sweep found at --data-dir.
+	DataDir  DataDirStatus
+	Networks []*NetworkReport
+	Duration time.Duration
+
+	storesErr error // the data dir could not be listed
+	// cleanTemp: remove plugins' stale temporary stores (not in a dry run);
+	// tempRemoved and tempErr say what that did.
+	cleanTemp   bool
+	tempRemoved []string
+	tempErr     error
+}
+
+// NetworkReport is one network's part of a sweep, filled stage by stage.
+type NetworkReport struct {
+	// Observed.
+	Network  string
+	Path     string
+	Snapshot *Snapshot
+	// Err is the error that kept the sweep from reading (or, once it had
+	// decided, from writing) the store.
+	Err           error
+	readErr       error // Err as the read left it
+	cands         []Candidate
+	netns         NetnsFacts
+	hostLocalGone bool // a record imported from host-local lost its file
+
+	// Decided.
+	Verdict NetworkVerdict
+	// ReReserve is what the CRI → store reconciliation found (Reconcile).
+	ReReserve []ReReserve
+	rebuild   bool      // set the unreadable store aside and rebuild it
+	plan      storePlan // what act writes (empty in a dry run)
+
+	// Done.
+	Reclaimed  []ReclaimedRecord
+	Committed  int
+	Rebuilt    string // where the unreadable store was set aside, when rebuilt
+	ReReserved []ReReserve
+	// HostLocalReleased lists the records imported from host-local whose
+	// reservation file was removed, released by this sweep.
+	HostLocalReleased []*allocator.Record
+	// IndexRepair is the repair of the derived indexes this sweep made.
+	IndexRepair allocator.IndexRepair
+	rebuildErr  error        // why the planned rebuild failed
+	rebuiltN    int          // records the rebuilt store holds
+	writeFailed bool         // Err is the write's, after a read that worked
+	storeErrors []storeError // every store error met (read, write), for metrics
+}
+
+// ReclaimedRecord is one address a sweep released, as the record was under
+// the write lock, with the decision's reason.
+type ReclaimedRecord struct {
+	*allocator.Record
+	Reason Reason
+	Detail string
+}
+
+// swept reports whether the sweep read the store and decided on it (a failed
+// write leaves it so: what was decided is still what the store holds, bar
+// the writes).
+func (nr *NetworkReport) swept() bool {
+	return nr.Snapshot != nil && (nr.Err == nil || nr.writeFailed)
+}
+
+// readable reports whether the store was read and nothing failed since.
+func (nr *NetworkReport) readable() bool { return nr.Snapshot != nil && nr.Err == nil }
+
+func (s *Sweeper) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC().Round(0)
+	}
+	return time.Now().UTC().Round(0)
+}
+
+// Sweep runs one reconciliation. The order matters: stores are read before CRI
+// is listed, so every record the policy judges predates the CRI answer (a
+// sandbox that finished setup is in it; one still in flight is covered by
+// --min-age). An unreadable store is rebuilt (when the plan says so) before
+// the rest is observed, so the rebuilt store is swept like the others.
+func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := time.Now()
+	rep := &SweepReport{Result: SweepOK, DryRun: s.Opts.DryRun}
+	pol := PolicyFromOptions(s.Opts)
+
+	// The boot time is read before CRI is listed: a committed record written
+	// before the boot cannot belong to a sandbox CRI lists, so it does not
+	// make an empty answer implausible.
+	boot := s.bootTime()
+	committed := s.observeStores(rep, boot, s.now())
+	now := s.now()
+	sandboxes := s.observeCRI(ctx, rep, committed, now)
+	planStores(rep)
+	s.rebuild(ctx, rep, sandboxes)
+	uses := s.observeNode(ctx, rep, sandboxes, boot, now)
+
+	judgeNetworks(rep, uses, pol, now)
+	if needsAPI(rep) && s.Kube != nil {
+		// The API server is asked only when a reclaim it could veto is due.
+		rep.API = s.Kube.View(ctx)
+	}
+	settleNetworks(rep, pol, s.maxInfoWrites(), now)
+	s.rememberDryRun(rep)
+
+	// Act and report go network by network: a network's logs and Events
+	// follow its own write, and a daemon stopped part-way (a deleted pod)
+	// leaves the later networks exactly as observed, for the next sweep.
+	s.cleanTemp(rep)
+	s.reportSweep(rep)
+	for _, nr := range rep.Networks {
+		s.act(rep, nr, now)
+		s.report(ctx, rep, nr)
+	}
+	rep.Duration = time.Since(start)
+	if s.Metrics != nil {
+		s.Metrics.Observe(rep, time.Now())
+	}
+	return rep
+}
+
+// syncStores creates the state of each store found and deletes that of each
+// store gone (the network was removed from the node).
+func (s *Sweeper) syncStores(files []StoreFile) {
+	if s.stores == nil {
+		s.stores = map[string]*storeState{}
+	}
+	found := make(map[string]bool, len(files))
+	for _, f := range files {
+		found[f.Path] = true
+		if s.stores[f.Path] == nil {
+			s.stores[f.Path] = &storeState{network: f.Network}
+		}
+	}
+	for path, st := range s.stores {
+		if !found[path] {
+			delete(s.stores, path)
+			s.Log.Info("store gone: network forgotten", "network", st.network)
+		}
+	}
+}
+
+// rememberDryRun keeps, under --dry-run, this sweep's observations for the
+// next one (a real sweep stores them in the records).
+func (s *Sweeper) rememberDryRun(rep *SweepReport) {
+	if !rep.DryRun {
+		return
+	}
+	for _, nr := range rep.Networks {
+		if !nr.readable() {
+			continue
+		}
+		m := make(map[obsKey]allocator.Observation, len(nr.Verdict.Decisions))
+		for _, d := range nr.Verdict.Decisions {
+			m[keyOf(d.Record)] = d.Obs
+		}
+		s.stores[nr.Path].dryObs = m
+	}
+}
+
+// bootTime is the node's boot time, or zero (no proof by boot) when it
+// cannot be read.
+func (s *Sweeper) bootTime() time.Time {
+	clock := s.Boot
+	if clock == nil {
+		dir := s.Opts.ProcDir
+		if dir == "" {
+			dir = DefaultProcDir
+		}
+		clock = ProcBootClock{Dir: dir}
+	}
+	t, err := clock.BootTime()
+	if err != nil {
+		if msg := err.Error(); msg != s.bootErr {
+			s.bootErr = msg
+			s.Log.Warn("cannot read the node's boot time: records written before a reboot are reclaimed only by the rules without proof", "error", err)
+		}
+		return time.Time{}
+	}
+	s.bootErr = ""
+	return t
+}
+
+func (s *Sweeper) maxInfoWrites() int {
+	if s.infoWrites > 0 {
+		return s.infoWrites
+	}
+	return MaxInfoWrites
+}
