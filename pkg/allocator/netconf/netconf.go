@@ -41,7 +41,8 @@ type Config struct {
 	Network    string
 	CNIVersion string
 	// Marker is true when the plugin runs as the commit marker: a conflist
-	// entry whose type is one of MarkerTypes, without an ipam key.
+	// entry whose type is one of MarkerTypes and whose ipam names no IPAM
+	// plugin (see isMarker).
 	Marker bool
 	// IPAM holds the ipam section's routes, resolvConf and requested IPs, and
 	// RangeSets its canonical range sets, both as host-local's loader reads
@@ -103,11 +104,7 @@ func Load(stdin []byte, cniArgs string) (*Config, error) {
 	if c.ValidAttachments == nil {
 		c.ValidAttachments = p.ValidAltSpell
 	}
-	if p.IPAM == nil && !p.ipamNull && slices.Contains(MarkerTypes, p.Type) {
-		// Commit marker: the same binary placed last in a conflist, which
-		// has a top-level type naming it and no ipam key at all. Anything
-		// else without an ipam section is an IPAM config missing it, refused
-		// as host-local refuses it ("ipam": null included).
+	if isMarker(p) {
 		c.Marker = true
 		if p.DataDir != "" {
 			c.StoreDir = p.DataDir
@@ -137,6 +134,39 @@ func Load(stdin []byte, cniArgs string) (*Config, error) {
 	}
 	c.IPAM, c.RangeSets, c.UnknownKeys = ipam, sets, p.unknown
 	return c, nil
+}
+
+// isMarker reports whether p is the commit marker's entry: the same binary
+// placed in a conflist as a plugin of its own, so its top-level type is one
+// of MarkerTypes, with an ipam that names no IPAM plugin: no ipam key, or an
+// ipam object without a type ({} included, which is what a runtime that
+// rebuilds each plugin's config from CNI's own schema hands it, e.g.
+// Multus's STATUS through libcni). Run as an IPAM plugin, the binary was
+// found by the ipam's type, so a config whose ipam has a type is an IPAM
+// config whatever its top-level type. "ipam": null is not a marker: it is an
+// IPAM config missing its section, refused as host-local refuses it.
+func isMarker(p *confJSON) bool {
+	if !slices.Contains(MarkerTypes, p.Type) || p.ipamNull {
+		return false
+	}
+	return p.IPAM == nil || p.IPAM.Type == ""
+}
+
+// NamesNoRange reports whether stdin is an IPAM config (not the commit
+// marker's) whose ipam section names no address range: no ipam.ranges, no
+// legacy ipam.subnet and no runtimeConfig.ipRanges, so that Load refuses it
+// with "ipam.ranges: no IP ranges specified". STATUS answers such a config as
+// host-local does (success): it names no range and, often, not the dataDir
+// either (a runtime that rebuilds the plugin's config from CNI's schema
+// drops both), so there is nothing of this network to check. ADD, CHECK and
+// DEL still refuse it through Load. False when stdin does not decode or has
+// no ipam section.
+func NamesNoRange(stdin []byte) bool {
+	p, err := decode(stdin)
+	if err != nil || p.IPAM == nil || isMarker(p) {
+		return false
+	}
+	return len(namedSets(p)) == 0
 }
 
 // cniArgsFirst returns a code 4 error naming CNI_ARGS if host-local's parse of
