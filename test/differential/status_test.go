@@ -1,46 +1,16 @@
 package differential
 
 import (
-	"bytes"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// runRaw runs bin with stdin as given (no rendering) for cmd.
+// runRaw runs bin once for cmd with stdin as given (no rendering).
 func runRaw(t *testing.T, bin, cmd, stdin string) outcome {
 	t.Helper()
-	c := exec.Command(bin)
-	c.Stdin = strings.NewReader(stdin)
-	c.Env = []string{
-		"CNI_COMMAND=" + cmd,
-		"CNI_CONTAINERID=ctr-status",
-		"CNI_NETNS=/var/run/netns/ctr-status",
-		"CNI_IFNAME=eth0",
-		"CNI_PATH=" + binDir,
-		"PATH=/usr/bin:/bin",
-	}
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &stdout, &stderr
-	err := c.Run()
-	if _, isExit := err.(*exec.ExitError); err != nil && !isExit {
-		t.Fatalf("%s: %v", bin, err)
-	}
-	out := outcome{ok: err == nil, raw: stdout.String()}
-	if !out.ok {
-		var e struct {
-			Code float64 `json:"code"`
-			Msg  string  `json:"msg"`
-		}
-		if jerr := json.Unmarshal(stdout.Bytes(), &e); jerr != nil || e.Msg == "" {
-			t.Fatalf("%s %s: exit %v without a CNI error on stdout: %q (stderr %q)", bin, cmd, err, stdout.String(), stderr.String())
-		}
-		out.code, out.msg = e.Code, e.Msg
-	}
-	return out
+	return execCNI(t, bin, []byte(stdin), op{cmd: cmd, containerID: "ctr-status", ifname: "eth0", why: "as given"})
 }
 
 // TestStatusOfConfigsNamingNoRange: STATUS on an ipam section that names no
