@@ -18,8 +18,11 @@ func runRaw(t *testing.T, bin, cmd, stdin string) outcome {
 // (success). These are the configs a runtime that rebuilds each plugin's
 // config from CNI's schema hands the plugins (Multus v4.3.0's STATUS through
 // libcni: the bridge's ipam without ranges or dataDir, the marker with
-// "ipam":{}). ADD, CHECK and DEL of the same IPAM configs still fail in both,
-// hostlease's with code 7 naming the field.
+// "ipam":{}). ADD and CHECK of the same IPAM configs still fail in both,
+// hostlease's with code 7 naming the field. DEL is where they differ: Multus
+// v4.3.0 DELs its cluster network with the same rebuilt config, host-local
+// refuses it (the pod is never deleted), hostlease releases by attachment and
+// succeeds (test/integration TestVerbDELNamingNoRange).
 func TestStatusOfConfigsNamingNoRange(t *testing.T) {
 	hostLocal, hostLease := filepath.Join(binDir, "host-local"), filepath.Join(binDir, "hostlease")
 	notADir := filepath.Join(t.TempDir(), "file")
@@ -44,7 +47,11 @@ func TestStatusOfConfigsNamingNoRange(t *testing.T) {
 			if !tc.ipamConf {
 				return
 			}
-			for _, cmd := range []string{"ADD", "CHECK", "DEL"} {
+			a, b = runRaw(t, hostLocal, "DEL", tc.conf), runRaw(t, hostLease, "DEL", tc.conf)
+			if a.ok || !b.ok {
+				t.Errorf("DEL: host-local ok=%v %s; hostlease ok=%v %s; want host-local to refuse it and hostlease to succeed", a.ok, a.raw, b.ok, b.raw)
+			}
+			for _, cmd := range []string{"ADD", "CHECK"} {
 				a, b := runRaw(t, hostLocal, cmd, tc.conf), runRaw(t, hostLease, cmd, tc.conf)
 				if a.ok || b.ok {
 					t.Fatalf("%s: host-local ok=%v %s; hostlease ok=%v %s; want both to fail", cmd, a.ok, a.raw, b.ok, b.raw)

@@ -66,6 +66,9 @@ type Config struct {
 	// ("cni.dev/valid-attachments", or "cni.dev/attachments"); nil when the
 	// config has neither.
 	ValidAttachments []allocator.Attachment
+	// NoRange is true for an ipam section that names no range, accepted by
+	// LoadForRelease only: IPAM and RangeSets are nil.
+	NoRange bool
 }
 
 // IPAM is what an ADD needs from the ipam section besides the range sets.
@@ -85,6 +88,22 @@ type IPAM struct {
 // ahead of errors in the JSON and in the ipam section, which host-local reads
 // together with it.
 func Load(stdin []byte, cniArgs string) (*Config, error) {
+	return load(stdin, cniArgs, false)
+}
+
+// LoadForRelease parses a DEL's config. It is Load, except that an ipam
+// section naming no range (NamesNoRange) is accepted, with NoRange set: a
+// release finds its records by attachment, in the store the network's name
+// and dataDir (or the default) name, and needs no range. A runtime that
+// rebuilds each plugin's config from CNI's schema hands DEL such a section
+// (Multus v4.3.0's DEL of its cluster network: no ranges, no dataDir); a DEL
+// refused for it would be retried for ever and block the pod's deletion.
+// Every other field is checked as Load checks it.
+func LoadForRelease(stdin []byte, cniArgs string) (*Config, error) {
+	return load(stdin, cniArgs, true)
+}
+
+func load(stdin []byte, cniArgs string, rangeOptional bool) (*Config, error) {
 	p, err := decode(stdin)
 	if err != nil {
 		return nil, cniArgsFirst(cniArgs, explainDecodeError(p, err))
@@ -128,6 +147,13 @@ func Load(stdin []byte, cniArgs string) (*Config, error) {
 	if p.IPAM.FailStatusOnExhaustion != nil {
 		c.FailStatusOnExhaustion = *p.IPAM.FailStatusOnExhaustion
 	}
+	if rangeOptional && len(namedSets(p)) == 0 {
+		if err := cniArgsFirst(cniArgs, nil); err != nil {
+			return nil, err
+		}
+		c.NoRange, c.UnknownKeys = true, p.unknown
+		return c, nil
+	}
 	ipam, sets, err := ipamFrom(p, cniArgs)
 	if err != nil {
 		return nil, cniArgsFirst(cniArgs, explainIPAMError(err))
@@ -158,9 +184,9 @@ func isMarker(p *confJSON) bool {
 // with "ipam.ranges: no IP ranges specified". STATUS answers such a config as
 // host-local does (success): it names no range and, often, not the dataDir
 // either (a runtime that rebuilds the plugin's config from CNI's schema
-// drops both), so there is nothing of this network to check. ADD, CHECK and
-// DEL still refuse it through Load. False when stdin does not decode or has
-// no ipam section.
+// drops both), so there is nothing of this network to check. ADD and CHECK
+// still refuse it through Load; DEL takes it through LoadForRelease. False
+// when stdin does not decode or has no ipam section.
 func NamesNoRange(stdin []byte) bool {
 	p, err := decode(stdin)
 	if err != nil || p.IPAM == nil || isMarker(p) {
