@@ -9,6 +9,10 @@
 # namespace of its own where its ports, links and addresses are the default
 # node's), while the others run on the default node. E2E_K8S_NODES=1 runs
 # the whole suite on the default node, one test after the other.
+# E2E_K8S_RUN=<regexp> runs only the tests it selects (go test -run; e.g.
+# E2E_K8S_RUN=Multus, E2E_K8S_RUN='^Test(Pods|Multus)$'), on the default
+# node alone (a selected TestRetriesHealWithoutDaemon uninstalls the
+# DaemonSet first, as with E2E_K8S_NODES=1).
 #
 # Logs: .e2e-k8s.log (default node) and .e2e-k8s-heal.log; the summary of
 # each goes to stdout, the heal node's last. Exit status: non-zero if either
@@ -26,6 +30,7 @@ summary() { grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|\s+[a-z_]+\.go:[0-9]+:)'; 
 # network (GOPROXY=off there says so at once if something still needs the
 # module proxy).
 bash hack/k8s-setup.sh || exit 1
+bash hack/multus-setup.sh >/dev/null || exit 1
 mkdir -p bin
 $GO test -c -o "$test_bin" ./e2e/k8s/ || exit 1
 t0=$SECONDS
@@ -33,11 +38,16 @@ t0=$SECONDS
 # The test binary runs in the package's directory, as `go test` runs it.
 suite() { (cd e2e/k8s && exec "$@" "../../$test_bin" -test.count=1 -test.timeout=40m -test.v "${args[@]}"); }
 
-if [ "${E2E_K8S_NODES:-2}" = 1 ]; then
+if [ -n "${E2E_K8S_RUN:-}" ] || [ "${E2E_K8S_NODES:-2}" = 1 ]; then
 	args=()
+	what="one node"
+	if [ -n "${E2E_K8S_RUN:-}" ]; then
+		args=(-test.run "$E2E_K8S_RUN")
+		what="one node, -run '$E2E_K8S_RUN'"
+	fi
 	suite env 2>&1 | tee .e2e-k8s.log | summary
 	rc=${PIPESTATUS[0]}
-	echo "e2e-k8s: $([ "$rc" = 0 ] && echo ok || echo FAIL) in $((SECONDS - t0))s (one node)"
+	echo "e2e-k8s: $([ "$rc" = 0 ] && echo ok || echo FAIL) in $((SECONDS - t0))s ($what)"
 	exit "$rc"
 fi
 

@@ -7,16 +7,17 @@
 #      reference CNI plugins, the pause image and its image tool (hack/e2e-setup.sh)
 #   2. Kubernetes, etcd and the real node's containerd (hack/k8s-setup.sh)
 #   3. CRI-O and pinns, conmon, crun and skopeo (hack/crio-setup.sh)
-#   4. helm (hack/helm-setup.sh)
-#   5. promtool (hack/install-promtool.sh, Debian's package)
-#   6. the image tool in the cache the deploy tests use (hack/image.sh --tool)
-#   7. the Go build cache of every test binary and of every binary the tests
+#   4. Multus and its NetworkAttachmentDefinition CRD (hack/multus-setup.sh)
+#   5. helm (hack/helm-setup.sh)
+#   6. promtool (hack/install-promtool.sh, Debian's package)
+#   7. the image tool in the cache the deploy tests use (hack/image.sh --tool)
+#   8. the Go build cache of every test binary and of every binary the tests
 #      build in their TestMain (so no suite compiles while another runs)
-#   8. the release's artefacts once, into a scratch dir (make release: the
+#   9. the release's artefacts once, into a scratch dir (make release: the
 #      arm64 cross-build, the chart package, the multi-arch image), so that
 #      deploy/release_test.go finds them in the build cache
 #
-# Nothing here runs a test. Root is needed for 1, 2, 3 and 5 (apt-get, caches
+# Nothing here runs a test. Root is needed for 1-4 and 6 (apt-get, caches
 # under /var/cache); as another user the steps that need root are skipped
 # with a line that says so (the suites that need them skip too).
 # Each step's own output is streamed, indented; its time goes to stdout and
@@ -30,35 +31,38 @@ root=0
 [ "$(id -u)" = 0 ] && root=1
 T0=$SECONDS
 rc=0
+N=9 # steps
 step() { # step N NAME CMD...: CMD's output streamed, indented
 	local n=$1 name=$2 t0=$SECONDS
 	shift 2
-	echo "setup: [$n/8] $name ..."
+	echo "setup: [$n/$N] $name ..."
 	if "$@" 2>&1 | sed -u 's/^/    /'; [ "${PIPESTATUS[0]}" = 0 ]; then
-		echo "setup: [$n/8] $name: ok in $((SECONDS - t0))s"
+		echo "setup: [$n/$N] $name: ok in $((SECONDS - t0))s"
 	else
-		echo "setup: [$n/8] $name: FAILED after $((SECONDS - t0))s"
+		echo "setup: [$n/$N] $name: FAILED after $((SECONDS - t0))s"
 		rc=1
 	fi
 	[ "$root" = 1 ] && printf '%s %s %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" "$((SECONDS - t0))" >>/var/cache/hostlease-setup.log
 	return 0
 }
-needs_root() { echo "setup: [$1/8] $2: skipped: not root (the suites that need it skip too)"; }
+needs_root() { echo "setup: [$1/$N] $2: skipped: not root (the suites that need it skip too)"; }
 
 if [ "$root" = 1 ]; then
 	step 1 "containerd, CNI plugins, pause image" bash hack/e2e-setup.sh
 	step 2 "Kubernetes, etcd, the node's containerd" bash hack/k8s-setup.sh
 	step 3 "CRI-O, pinns, conmon" bash hack/crio-setup.sh
-	step 4 "helm" bash hack/helm-setup.sh
-	step 5 "promtool" bash hack/install-promtool.sh
+	step 4 "Multus" bash hack/multus-setup.sh
+	step 5 "helm" bash hack/helm-setup.sh
+	step 6 "promtool" bash hack/install-promtool.sh
 else
 	needs_root 1 "containerd, CNI plugins, pause image"
 	needs_root 2 "Kubernetes, etcd, the node's containerd"
 	needs_root 3 "CRI-O, pinns, conmon"
-	needs_root 4 "helm"
-	needs_root 5 "promtool"
+	needs_root 4 "Multus"
+	needs_root 5 "helm"
+	needs_root 6 "promtool"
 fi
-step 6 "image tool (deploy tests' cache)" bash hack/image.sh --tool
+step 7 "image tool (deploy tests' cache)" bash hack/image.sh --tool
 
 # The test binaries (-race for the unit and integration packages, as `make
 # unit` runs them; plain for e2e) are compiled and "run" with /bin/true, which
@@ -82,7 +86,7 @@ warm_go() {
 	rm -rf "$d"
 	return $r
 }
-step 7 "Go build cache of the tests" warm_go
+step 8 "Go build cache of the tests" warm_go
 release_once() {
 	local d r
 	d=$(mktemp -d /tmp/hostlease-setup-dist.XXXXXX)
@@ -92,9 +96,9 @@ release_once() {
 	return $r
 }
 if [ "$root" = 1 ]; then
-	step 8 "release artefacts (cross-built binaries, chart, image)" release_once
+	step 9 "release artefacts (cross-built binaries, chart, image)" release_once
 else
-	needs_root 8 "release artefacts (helm is built as root)"
+	needs_root 9 "release artefacts (helm is built as root)"
 fi
 
 echo "setup: $([ "$rc" = 0 ] && echo done || echo FAILED) in $((SECONDS - T0))s"

@@ -85,6 +85,8 @@ func TestDoctorFindings(t *testing.T) {
 			"ipam dataDir is " + other + " but the daemon's --data-dir is " + n.dataDir},
 		{"marker dataDir differs", n.conflist(nil, map[string]any{"type": "hostlease", "dataDir": other}),
 			"the commit marker's dataDir is " + other + " but the daemon's --data-dir is " + n.dataDir},
+		{"marker with an empty ipam (the plugin's marker too), dataDir differs", n.conflist(nil, map[string]any{"type": "hostlease", "ipam": map[string]any{}, "dataDir": other}),
+			"the commit marker's dataDir is " + other + " but the daemon's --data-dir is " + n.dataDir},
 		{"unknown key", n.conflist(map[string]any{"rangeStrat": "10.99.0.5"}), "ipam.rangeStrat is not a key hostlease (or host-local) reads"},
 		{"unknown range key", n.conflist(map[string]any{"ranges": [][]map[string]string{{{"subnet": "10.99.0.0/24", "gatway": "10.99.0.1"}}}}),
 			"ipam.ranges[0][0].gatway is not a key"},

@@ -158,7 +158,9 @@ func checkNetworkConfig(file string, raw []byte, pluginType, dataDir string) (bo
 		switch {
 		case p.ipamType() == pluginType && ipamAt < 0:
 			ipamAt = i
-		case p.ipamType() == "" && p.str("type") == pluginType && p["ipam"] == nil:
+		case p.ipamType() == "" && p.str("type") == pluginType && string(bytes.TrimSpace(p["ipam"])) != "null":
+			// The plugin's rule (netconf): an entry of the plugin's type
+			// whose ipam names no IPAM plugin (absent, {}, no type).
 			markerAt = i
 		}
 	}

@@ -22,6 +22,12 @@ import (
 // sandbox name. A store of another schema is left alone and logged the same
 // way. It fails only when it knows of an allocation it could not free.
 //
+// A config whose ipam names no range (netconf.LoadForRelease) releases what
+// the store at its dataDir holds for the attachment: records are found by
+// container ID and ifname, not by range. Multus v4.3.0 DELs its cluster
+// network with such a config; host-local refuses it (code 7) and the pod
+// can never be deleted.
+//
 // A DEL that finds nothing to release needs no write: when the store cannot
 // be opened for writing because of the environment (read-only file system,
 // immutable file, permissions, no space), it looks read-only and exits 0 if
@@ -41,9 +47,12 @@ func cmdDel(args *skel.CmdArgs) error {
 	log := func() *slog.Logger {
 		return logWith("verb", "DEL", "network", c.Network, "containerID", args.ContainerID, "ifname", args.IfName)
 	}
+	if c.NoRange {
+		log().Info("config names no range (a runtime rebuilt it from CNI's schema): releasing what the store holds for this attachment", "dataDir", c.StoreDir)
+	}
 	create := false
 	if !storeExists(c) {
-		if !hostLocalStateExists(c) {
+		if c.NoRange || !hostLocalStateExists(c) {
 			log().Info("no store for this network: nothing to release")
 			return nil
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/allocator/netconf"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 )
 
@@ -26,9 +27,18 @@ import (
 // writable by group or others). A full range set
 // is an alert (hostlease-gc's metrics), not a node outage: STATUS reports it
 // only with ipam "failStatusOnExhaustion": true.
+//
+// An ipam section that names no range (netconf.NamesNoRange) gets success, as
+// host-local's STATUS gives it: there is no range and often no dataDir to
+// check (Multus's STATUS hands its delegates configs rebuilt without them),
+// and its ADD, CHECK and DEL are refused (code 7) all the same. Any other
+// config Load refuses fails STATUS with Load's error.
 func cmdStatus(args *skel.CmdArgs) error {
 	c, err := loadConfig(args, "STATUS")
 	if err != nil {
+		if netconf.NamesNoRange(args.StdinData) {
+			return nil
+		}
 		return err
 	}
 	if c.Marker {

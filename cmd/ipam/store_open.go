@@ -132,7 +132,11 @@ func touchKick(dir string) error {
 // line each, of the ipam keys nothing reads (a typo such as "rangeStrat" is
 // otherwise silent): the config is still used, as host-local uses it.
 func loadConfig(args *skel.CmdArgs, verb string) (*netconf.Config, error) {
-	c, err := netconf.Load(args.StdinData, args.Args)
+	load := netconf.Load
+	if verb == "DEL" {
+		load = netconf.LoadForRelease // a release needs no range
+	}
+	c, err := load(args.StdinData, args.Args)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +168,9 @@ func (e *mergeError) Error() string { return e.err.Error() }
 // state refused as untrusted, unreadable, or its write failed) the
 // transaction is rolled back, the failure logged, and fn runs alone in a
 // new one: the merge is redone by the next plugin write and never stops a
-// DEL or a GC, which hand nothing out.
+// DEL or a GC, which hand nothing out. A config naming no range (a DEL's,
+// netconf.LoadForRelease) merges nothing: host-local's files are read
+// against the ranges, and the next call that names them merges.
 func updateAfterMerge(s *store.Store, c *netconf.Config, now time.Time, log func() *slog.Logger, fn func(*store.Tx) error) ([]allocator.ImportConflict, error) {
 	var conflicts []allocator.ImportConflict
 	run := func(merge bool) error {
@@ -180,7 +186,7 @@ func updateAfterMerge(s *store.Store, c *netconf.Config, now time.Time, log func
 			return fn(tx)
 		})
 	}
-	err := run(true)
+	err := run(!c.NoRange)
 	var me *mergeError
 	if errors.As(err, &me) {
 		log().Warn("host-local's state not merged (the next plugin call tries again; an untrusted path: fix it as the error says)", "error", me.err)

@@ -12,10 +12,12 @@
 //	"holdAddFile":  while this file exists, ADD waits (checking every 20ms)
 //	                before anything else, for at most holdLimit (then it fails)
 //	"logFile":      every invocation appends one JSON line
-//	                {"time","verb","containerID","ifname","netns","args","error"}
-//	                (args: CNI_ARGS, e.g. K8S_POD_UID=... from a CRI runtime);
-//	                a GC's line also has "validAttachments", the runtime's
-//	                cni.dev/valid-attachments as it sent them (JSON)
+//	                {"time","verb","containerID","ifname","netns","args","runtimeConfig","error"}
+//	                (args: CNI_ARGS, e.g. K8S_POD_UID=... from a CRI runtime;
+//	                runtimeConfig: the config's runtimeConfig as JSON, "" when
+//	                absent: what the caller injected for the capabilities the
+//	                config declares); a GC's line also has "validAttachments",
+//	                the runtime's cni.dev/valid-attachments as it sent them (JSON)
 //
 // Guarantees:
 //   - ADD passes prevResult through unchanged (converted to the config's
@@ -58,6 +60,8 @@ type config struct {
 	LogFile      string `json:"logFile,omitempty"`
 	// ValidAttachments is what a GC carries, logged as sent.
 	ValidAttachments json.RawMessage `json:"cni.dev/valid-attachments,omitempty"`
+	// RuntimeConfig is only logged.
+	RuntimeConfig json.RawMessage `json:"runtimeConfig,omitempty"`
 }
 
 func parseConfig(stdin []byte) (*config, error) {
@@ -110,6 +114,9 @@ func logCall(conf *config, verb string, args *skel.CmdArgs, callErr error) {
 	}
 	if len(conf.ValidAttachments) > 0 {
 		rec["validAttachments"] = string(conf.ValidAttachments)
+	}
+	if len(conf.RuntimeConfig) > 0 {
+		rec["runtimeConfig"] = string(conf.RuntimeConfig)
 	}
 	if callErr != nil {
 		rec["error"] = callErr.Error()

@@ -108,8 +108,22 @@ func (c config) render(p plugin, o op) []byte {
 }
 
 func (p plugin) run(t *testing.T, c config, o op) outcome {
-	cmd := exec.Command(p.bin)
-	cmd.Stdin = bytes.NewReader(c.render(p, o))
+	out := execCNI(t, p.bin, c.render(p, o), o)
+	if out.ok && o.cmd == "ADD" {
+		if err := json.Unmarshal([]byte(out.raw), &out.result); err != nil {
+			t.Fatalf("%s %s: result is not JSON: %q", p.name, o, out.raw)
+		}
+	}
+	return out
+}
+
+// execCNI runs the plugin binary bin once for o with stdin as given; a
+// failure's CNI error code and message are decoded from stdout.
+func execCNI(t *testing.T, bin string, stdin []byte, o op) outcome {
+	t.Helper()
+	name := filepath.Base(bin)
+	cmd := exec.Command(bin)
+	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.Env = []string{
 		"CNI_COMMAND=" + o.cmd,
 		"CNI_CONTAINERID=" + o.containerID,
@@ -124,7 +138,7 @@ func (p plugin) run(t *testing.T, c config, o op) outcome {
 	err := cmd.Run()
 	out := outcome{ok: err == nil, raw: stdout.String()}
 	if _, isExit := err.(*exec.ExitError); err != nil && !isExit {
-		t.Fatalf("%s: %v", p.name, err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	if !out.ok {
 		var e struct {
@@ -132,15 +146,9 @@ func (p plugin) run(t *testing.T, c config, o op) outcome {
 			Msg  string  `json:"msg"`
 		}
 		if jerr := json.Unmarshal(stdout.Bytes(), &e); jerr != nil || e.Msg == "" {
-			t.Fatalf("%s %s: exit %v without a CNI error on stdout: %q (stderr %q)", p.name, o, err, stdout.String(), stderr.String())
+			t.Fatalf("%s %s: exit %v without a CNI error on stdout: %q (stderr %q)", name, o, err, stdout.String(), stderr.String())
 		}
 		out.code, out.msg = e.Code, e.Msg
-		return out
-	}
-	if o.cmd == "ADD" {
-		if err := json.Unmarshal(stdout.Bytes(), &out.result); err != nil {
-			t.Fatalf("%s %s: result is not JSON: %q", p.name, o, stdout.String())
-		}
 	}
 	return out
 }

@@ -176,6 +176,34 @@ func TestVerbDEL(t *testing.T) {
 	}
 }
 
+// TestVerbDELNamingNoRange: a DEL whose ipam names no range (what Multus
+// v4.3.0 sends for its cluster network: the config rebuilt from CNI's schema,
+// no ranges) releases the attachment's addresses from the store of the
+// network's name and dataDir, and nothing else; with no store it succeeds.
+// host-local refuses that DEL (test/differential), and the pod is never
+// deleted.
+func TestVerbDELNamingNoRange(t *testing.T) {
+	h := newHardNet(t, "verb-del-norange", 2)
+	stripped := func(dir string) []byte {
+		return []byte(`{"cniVersion":"1.1.0","name":"` + h.network + `","type":"bridge","ipam":{"type":"hostlease","dataDir":"` + dir + `"}}`)
+	}
+	o := runPlugin(h.ctx, h.call("DEL", "c000"), stripped(h.dir))
+	if !o.OK() {
+		t.Fatalf("DEL naming no range: %v", o)
+	}
+	held := h.held(t)
+	if len(held["c000"]) != 0 || !slices.Equal(held["c001"], []netip.Addr{h.ips["c001"]}) {
+		t.Errorf("after DEL c000 naming no range the store holds %v, want c001's %s only", held, h.ips["c001"])
+	}
+	if o := runPlugin(h.ctx, h.call("DEL", "c000"), stripped(t.TempDir())); !o.OK() {
+		t.Errorf("DEL naming no range, a data dir with no store: %v", o)
+	}
+	if o := runPlugin(h.ctx, h.call("ADD", "c002"), stripped(h.dir)); o.OK() || o.Err == nil || o.Err.Code != 7 {
+		t.Errorf("ADD naming no range: %v; want code 7", o)
+	}
+	checkIntegrity(t, readStore(t, h.path))
+}
+
 // TestVerbCHECK: CHECK succeeds when prevResult lists the attachment's
 // reservations (addresses outside our range sets are other plugins'), and
 // fails when one is missing from it, when it lists an address of our range

@@ -332,3 +332,49 @@ func TestLoadListsUnknownIPAMKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadForRelease: a DEL's config may name no range (a runtime that
+// rebuilds each plugin's config from CNI's schema sends one); the rest of the
+// config is checked as Load checks it, and a config naming a range loads as
+// Load loads it.
+func TestLoadForRelease(t *testing.T) {
+	t.Run("no range", func(t *testing.T) {
+		for _, tc := range []struct{ conf, dir string }{
+			{`{"cniVersion":"1.1.0","ipam":{"type":"hostlease"},"name":"n","type":"bridge"}`, allocator.DefaultStoreDir},
+			{`{"cniVersion":"1.1.0","name":"n","type":"bridge","ipam":{"type":"hostlease","ranges":[],"dataDir":"/run/hl","lockTimeout":"3s"}}`, "/run/hl"},
+		} {
+			c, err := LoadForRelease([]byte(tc.conf), "IgnoreUnknown=1;K8S_POD_UID=u")
+			if err != nil {
+				t.Fatalf("LoadForRelease(%s): %v", tc.conf, err)
+			}
+			if !c.NoRange || c.RangeSets != nil || c.IPAM != nil || c.Network != "n" || c.StoreDir != tc.dir || c.Marker {
+				t.Errorf("LoadForRelease(%s) = %+v; want NoRange, network n, store dir %s, no ranges", tc.conf, c, tc.dir)
+			}
+			if _, err := Load([]byte(tc.conf), ""); err == nil {
+				t.Errorf("Load(%s) accepted a config naming no range", tc.conf)
+			}
+		}
+	})
+	t.Run("still refused", func(t *testing.T) {
+		for _, tc := range []struct{ conf, args, field string }{
+			{`{"cniVersion":"1.1.0","ipam":{"type":"hostlease","lockTimeout":"x"},"name":"n","type":"bridge"}`, "", "ipam.lockTimeout"},
+			{`{"cniVersion":"1.1.0","ipam":{"type":"hostlease"},"name":"../n","type":"bridge"}`, "", "name"},
+			{`{"cniVersion":"1.1.0","ipam":{"type":"hostlease"},"name":"n","type":"bridge"}`, "IP", "CNI_ARGS"},
+			{`{"cniVersion":"1.1.0","name":"n","type":"bridge","ipam":null}`, "", "'ipam'"},
+			{`{"cniVersion":"1.1.0","name":"n","type":"bridge","ipam":{"type":"hostlease","ranges":[[{"subnet":"10.0.0.1/31"}]]}}`, "", "ipam.ranges"},
+		} {
+			_, err := LoadForRelease([]byte(tc.conf), tc.args)
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("LoadForRelease(%s, %q) = %v; want an error naming %s", tc.conf, tc.args, err, tc.field)
+			}
+		}
+	})
+	t.Run("a range", func(t *testing.T) {
+		conf := []byte(`{"cniVersion":"1.1.0","name":"n","type":"bridge","ipam":{"type":"hostlease","ranges":[[{"subnet":"10.0.0.0/24"}]]}}`)
+		a, errA := Load(conf, "")
+		b, errB := LoadForRelease(conf, "")
+		if errA != nil || errB != nil || !reflect.DeepEqual(a, b) {
+			t.Errorf("Load = %+v, %v; LoadForRelease = %+v, %v; want the same", a, errA, b, errB)
+		}
+	})
+}

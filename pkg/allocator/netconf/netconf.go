@@ -41,7 +41,8 @@ type Config struct {
 	Network    string
 	CNIVersion string
 	// Marker is true when the plugin runs as the commit marker: a conflist
-	// entry whose type is one of MarkerTypes, without an ipam key.
+	// entry whose type is one of MarkerTypes and whose ipam names no IPAM
+	// plugin (see isMarker).
 	Marker bool
 	// IPAM holds the ipam section's routes, resolvConf and requested IPs, and
 	// RangeSets its canonical range sets, both as host-local's loader reads
@@ -65,6 +66,9 @@ type Config struct {
 	// ("cni.dev/valid-attachments", or "cni.dev/attachments"); nil when the
 	// config has neither.
 	ValidAttachments []allocator.Attachment
+	// NoRange is true for an ipam section that names no range, accepted by
+	// LoadForRelease only: IPAM and RangeSets are nil.
+	NoRange bool
 }
 
 // IPAM is what an ADD needs from the ipam section besides the range sets.
@@ -84,6 +88,22 @@ type IPAM struct {
 // ahead of errors in the JSON and in the ipam section, which host-local reads
 // together with it.
 func Load(stdin []byte, cniArgs string) (*Config, error) {
+	return load(stdin, cniArgs, false)
+}
+
+// LoadForRelease parses a DEL's config. It is Load, except that an ipam
+// section naming no range (NamesNoRange) is accepted, with NoRange set: a
+// release finds its records by attachment, in the store the network's name
+// and dataDir (or the default) name, and needs no range. A runtime that
+// rebuilds each plugin's config from CNI's schema hands DEL such a section
+// (Multus v4.3.0's DEL of its cluster network: no ranges, no dataDir); a DEL
+// refused for it would be retried for ever and block the pod's deletion.
+// Every other field is checked as Load checks it.
+func LoadForRelease(stdin []byte, cniArgs string) (*Config, error) {
+	return load(stdin, cniArgs, true)
+}
+
+func load(stdin []byte, cniArgs string, rangeOptional bool) (*Config, error) {
 	p, err := decode(stdin)
 	if err != nil {
 		return nil, cniArgsFirst(cniArgs, explainDecodeError(p, err))
@@ -103,11 +123,7 @@ func Load(stdin []byte, cniArgs string) (*Config, error) {
 	if c.ValidAttachments == nil {
 		c.ValidAttachments = p.ValidAltSpell
 	}
-	if p.IPAM == nil && !p.ipamNull && slices.Contains(MarkerTypes, p.Type) {
-		// Commit marker: the same binary placed last in a conflist, which
-		// has a top-level type naming it and no ipam key at all. Anything
-		// else without an ipam section is an IPAM config missing it, refused
-		// as host-local refuses it ("ipam": null included).
+	if isMarker(p) {
 		c.Marker = true
 		if p.DataDir != "" {
 			c.StoreDir = p.DataDir
@@ -131,12 +147,52 @@ func Load(stdin []byte, cniArgs string) (*Config, error) {
 	if p.IPAM.FailStatusOnExhaustion != nil {
 		c.FailStatusOnExhaustion = *p.IPAM.FailStatusOnExhaustion
 	}
+	if rangeOptional && len(namedSets(p)) == 0 {
+		if err := cniArgsFirst(cniArgs, nil); err != nil {
+			return nil, err
+		}
+		c.NoRange, c.UnknownKeys = true, p.unknown
+		return c, nil
+	}
 	ipam, sets, err := ipamFrom(p, cniArgs)
 	if err != nil {
 		return nil, cniArgsFirst(cniArgs, explainIPAMError(err))
 	}
 	c.IPAM, c.RangeSets, c.UnknownKeys = ipam, sets, p.unknown
 	return c, nil
+}
+
+// isMarker reports whether p is the commit marker's entry: the same binary
+// placed in a conflist as a plugin of its own, so its top-level type is one
+// of MarkerTypes, with an ipam that names no IPAM plugin: no ipam key, or an
+// ipam object without a type ({} included, which is what a runtime that
+// rebuilds each plugin's config from CNI's own schema hands it, e.g.
+// Multus's STATUS through libcni). Run as an IPAM plugin, the binary was
+// found by the ipam's type, so a config whose ipam has a type is an IPAM
+// config whatever its top-level type. "ipam": null is not a marker: it is an
+// IPAM config missing its section, refused as host-local refuses it.
+func isMarker(p *confJSON) bool {
+	if !slices.Contains(MarkerTypes, p.Type) || p.ipamNull {
+		return false
+	}
+	return p.IPAM == nil || p.IPAM.Type == ""
+}
+
+// NamesNoRange reports whether stdin is an IPAM config (not the commit
+// marker's) whose ipam section names no address range: no ipam.ranges, no
+// legacy ipam.subnet and no runtimeConfig.ipRanges, so that Load refuses it
+// with "ipam.ranges: no IP ranges specified". STATUS answers such a config as
+// host-local does (success): it names no range and, often, not the dataDir
+// either (a runtime that rebuilds the plugin's config from CNI's schema
+// drops both), so there is nothing of this network to check. ADD and CHECK
+// still refuse it through Load; DEL takes it through LoadForRelease. False
+// when stdin does not decode or has no ipam section.
+func NamesNoRange(stdin []byte) bool {
+	p, err := decode(stdin)
+	if err != nil || p.IPAM == nil || isMarker(p) {
+		return false
+	}
+	return len(namedSets(p)) == 0
 }
 
 // cniArgsFirst returns a code 4 error naming CNI_ARGS if host-local's parse of

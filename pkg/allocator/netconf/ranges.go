@@ -136,15 +136,22 @@ func requestedAddrs(n *confJSON, cniArgs string) ([]netip.Addr, error) {
 	return requested, nil
 }
 
-// rangeSets is the canonical range sets in host-local's order (runtimeConfig
-// ipRanges, then the legacy top-level range, then ipam.ranges): each valid,
-// at most one per family before CNI 0.3.0, no two overlapping.
-func rangeSets(n *confJSON) ([]allocator.StoredRangeSet, error) {
+// namedSets is the range sets n names, as written, in host-local's order:
+// runtimeConfig ipRanges, then the legacy top-level range, then ipam.ranges.
+// n.IPAM is not nil.
+func namedSets(n *confJSON) []rangeSetJSON {
 	sets := append([]rangeSetJSON(nil), n.RuntimeConfig.IPRanges...)
 	if legacy := n.IPAM.rangeJSON(); legacy.Subnet.n.IP != nil {
 		sets = append(sets, rangeSetJSON{legacy})
 	}
-	sets = append(sets, n.IPAM.Ranges...)
+	return append(sets, n.IPAM.Ranges...)
+}
+
+// rangeSets is the canonical range sets in host-local's order (runtimeConfig
+// ipRanges, then the legacy top-level range, then ipam.ranges): each valid,
+// at most one per family before CNI 0.3.0, no two overlapping.
+func rangeSets(n *confJSON) ([]allocator.StoredRangeSet, error) {
+	sets := namedSets(n)
 	if len(sets) == 0 {
 		return nil, &fieldError{"ipam.ranges", errors.New("no IP ranges specified")}
 	}
