@@ -129,6 +129,7 @@ type node struct {
 	rt      runtimeapi.RuntimeServiceClient
 
 	bridges, networks []string
+	tornDown          sync.Once // teardown runs once: t.Cleanup or OnInterrupt
 }
 
 // NetnsDir is where this CRI-O's pinns puts the pods' network namespaces:
@@ -164,7 +165,11 @@ func startNode(t *testing.T) *node {
 		t:            t,
 	}
 	n.Endpoint = "unix://" + n.Socket
-	t.Cleanup(n.cleanup)
+	unregister := harness.OnInterrupt(func() { n.teardown(harness.StderrLogf("e2e/crio cleanup (interrupted): ")) })
+	t.Cleanup(func() {
+		n.teardown(func(f string, a ...any) { t.Logf("e2e/crio cleanup: "+f, a...) })
+		unregister()
+	})
 	for _, d := range []string{n.CNIConfDir, n.CNIBinDir, n.NsDir, filepath.Join(dir, "conf.d"), filepath.Join(dir, "lib"), filepath.Join(dir, "pods")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -360,10 +365,12 @@ func (n *node) restart() {
 	n.start()
 }
 
-func (n *node) cleanup() {
-	logf := func(f string, a ...any) { n.t.Logf("e2e/crio cleanup: "+f, a...) }
+// teardown tears the node down, once.
+func (n *node) teardown(logf func(string, ...any)) { n.tornDown.Do(func() { n.cleanup(logf) }) }
+
+func (n *node) cleanup(logf func(string, ...any)) {
 	if n.t.Failed() {
-		n.t.Logf("%s", n.LogTail(60))
+		logf("%s", n.LogTail(60))
 	}
 	// Triggers off, so the teardown's DELs succeed.
 	for _, f := range []string{"fail-add", "fail-del", "hold-add", "delay-add"} {

@@ -23,11 +23,14 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// cleanup tears the env down (see the package doc). Every step is best
-// effort and logs what it could not do; none of them fails the test, so a
-// failing test still gets all the later steps.
-func (e *Env) cleanup() {
-	logf := func(format string, args ...any) { e.t.Logf("e2e cleanup: "+format, args...) }
+// teardown tears the env down (see the package doc), once. Every step is
+// best effort and logs what it could not do; none of them fails the test, so
+// a failing test still gets all the later steps.
+func (e *Env) teardown(logf func(string, ...any)) {
+	e.tornDown.Do(func() { e.cleanup(logf) })
+}
+
+func (e *Env) cleanup(logf func(string, ...any)) {
 	var facts []conflistFacts
 	for _, b := range e.written {
 		facts = append(facts, parseConflist(b))
@@ -401,3 +404,7 @@ func TeardownRuntimeDir(dir string, runtimePID int, cgroupParent string, bridges
 	}
 	teardownDir(dir, "", "", cgroupParent, bridges, networks, logf)
 }
+
+// ShimPIDs returns the processes whose command line names containerd socket
+// as their -address: the shims of that containerd, alive after it is gone.
+func ShimPIDs(socket string) []int { return pidsWithArg("-address", socket) }

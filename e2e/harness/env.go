@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -84,7 +85,8 @@ type Env struct {
 	rt      runtimeapi.RuntimeServiceClient
 	img     runtimeapi.ImageServiceClient
 
-	written map[string][]byte // conf file name -> content, for cleanup
+	written  map[string][]byte // conf file name -> content, for cleanup
+	tornDown sync.Once         // teardown runs once: t.Cleanup or OnInterrupt
 }
 
 // Setup starts a fresh Env for t (see the package doc for what it
@@ -123,7 +125,11 @@ func SetupWith(t testing.TB, opts Options) *Env {
 	}
 	e.Endpoint = "unix://" + e.Socket
 	// Registered before anything can fail, so a half-built env is torn down too.
-	t.Cleanup(e.cleanup)
+	unregister := OnInterrupt(func() { e.teardown(StderrLogf("e2e cleanup (interrupted): ")) })
+	t.Cleanup(func() {
+		e.teardown(func(f string, a ...any) { t.Logf("e2e cleanup: "+f, a...) })
+		unregister()
+	})
 	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(fmt.Sprint(os.Getpid())), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,9 @@ var (
 	clusterErr  error
 	anyFailed   bool
 	failedMu    sync.Mutex
+	// stopOnce stops the cluster once: after the tests, or on an interrupt
+	// (harness.OnInterrupt), whose artefacts are kept.
+	stopOnce sync.Once
 )
 
 func TestMain(m *testing.M) {
@@ -31,12 +34,18 @@ func TestMain(m *testing.M) {
 		failedMu.Lock()
 		failed := anyFailed || code != 0
 		failedMu.Unlock()
-		if failed {
-			keepArtifacts(clusterVal)
-		}
-		clusterVal.Stop()
+		stopCluster(clusterVal, failed)
 	}
 	os.Exit(code)
+}
+
+func stopCluster(c *Cluster, keep bool) {
+	stopOnce.Do(func() {
+		if keep {
+			keepArtifacts(c)
+		}
+		c.Stop()
+	})
 }
 
 // cluster returns the package's cluster, starting it on first use; it skips
@@ -60,6 +69,9 @@ func cluster(t testing.TB) *Cluster {
 		}
 		logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, prefix+f+"\n", a...) }
 		clusterVal, clusterErr = Start(logf)
+		if c := clusterVal; c != nil {
+			harness.OnInterrupt(func() { stopCluster(c, true) })
+		}
 		if clusterErr == nil {
 			clusterErr = setupHostlease(clusterVal)
 		}
