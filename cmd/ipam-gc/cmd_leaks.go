@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hostlease/hostlease/pkg/daemon"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // apiViewNote says what the Kubernetes API view adds to `leaks` and how to
@@ -130,7 +131,7 @@ func leakRows(rep *daemon.SweepReport, all bool, stderr io.Writer) (rows []daemo
 				continue
 			}
 			verdict := "keep"
-			if d.Action == daemon.Reclaim {
+			if d.Action == reclaim.Reclaim {
 				verdict = "reclaim"
 			}
 			r := d.Record

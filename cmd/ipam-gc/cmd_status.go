@@ -9,6 +9,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/daemon"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 func statusCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -96,7 +97,7 @@ func poolRows(snap *storeView, ro string) []daemon.PoolRow {
 			if r.State == allocator.StatePending {
 				row.Pending++
 			}
-			if daemon.IsLeakCandidate(r.Obs) {
+			if reclaim.IsLeakCandidate(r.Obs) {
 				row.LeakCandidates++
 			}
 		}

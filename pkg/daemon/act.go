@@ -9,6 +9,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // This file is the sweep's act stage: it carries out the plan (writes,
@@ -17,7 +18,7 @@ import (
 
 // rebuild sets aside and rebuilds each store the plan says to, and reads the
 // rebuilt store back so the sweep carries on with it.
-func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []CRISandbox) {
+func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []reclaim.CRISandbox) {
 	for _, nr := range rep.Networks {
 		if ErrorClass(nr.Err) != ClassUnreadable {
 			continue
@@ -107,7 +108,7 @@ func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 type applied struct {
 	reclaimed  []ReclaimedRecord
 	stored     []store.Rewrite // prepared values written as they were
-	rereserved []ReReserve
+	rereserved []reclaim.ReReserve
 	hostLocal  []*allocator.Record
 	repair     allocator.IndexRepair
 	committed  int
@@ -154,7 +155,7 @@ func applyWrite(tx *store.Tx, w plannedWrite, now time.Time, done *applied) erro
 		}
 		if ok {
 			done.stored = append(done.stored, w.rewrite)
-			if d.Action == MarkCommitted {
+			if d.Action == reclaim.MarkCommitted {
 				done.committed++
 			}
 			return nil
@@ -165,14 +166,14 @@ func applyWrite(tx *store.Tx, w plannedWrite, now time.Time, done *applied) erro
 		return nil // released (and perhaps reserved again) since the snapshot
 	}
 	switch d.Action {
-	case Reclaim:
+	case reclaim.Reclaim:
 		why := allocator.Why{Action: allocator.AuditReclaim, Reason: string(d.Reason) + ": " + d.Detail, By: allocator.ByDaemon}
 		if err := allocator.ReleaseRecord(tx, cur, why, now); err != nil {
 			return err
 		}
 		done.reclaimed = append(done.reclaimed, ReclaimedRecord{Record: cur, Reason: d.Reason, Detail: d.Detail})
 		return nil
-	case MarkCommitted:
+	case reclaim.MarkCommitted:
 		cur.State, cur.Committed = allocator.StateCommitted, now
 		done.committed++
 	default:

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hostlease/hostlease/pkg/reclaim"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,7 +18,7 @@ import (
 // implementation speaks k8s.io/cri-api over the runtime's unix socket.
 type CRI interface {
 	// ListSandboxes lists every pod sandbox the runtime knows.
-	ListSandboxes(ctx context.Context) ([]CRISandbox, error)
+	ListSandboxes(ctx context.Context) ([]reclaim.CRISandbox, error)
 	// SandboxIPs returns the addresses the runtime reports for a sandbox.
 	SandboxIPs(ctx context.Context, id string) ([]netip.Addr, error)
 	Close() error
@@ -54,14 +55,14 @@ func DialCRI(endpoint string) (CRI, error) {
 	return &criClient{conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn)}, nil
 }
 
-func (c *criClient) ListSandboxes(ctx context.Context) ([]CRISandbox, error) {
+func (c *criClient) ListSandboxes(ctx context.Context) ([]reclaim.CRISandbox, error) {
 	resp, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]CRISandbox, 0, len(resp.Items))
+	out := make([]reclaim.CRISandbox, 0, len(resp.Items))
 	for _, it := range resp.Items {
-		sb := CRISandbox{ID: it.Id, State: sandboxState(it.State)}
+		sb := reclaim.CRISandbox{ID: it.Id, State: sandboxState(it.State)}
 		if m := it.Metadata; m != nil {
 			sb.PodNamespace, sb.PodName, sb.PodUID = m.Namespace, m.Name, m.Uid
 		}
@@ -73,11 +74,11 @@ func (c *criClient) ListSandboxes(ctx context.Context) ([]CRISandbox, error) {
 func sandboxState(s runtimeapi.PodSandboxState) string {
 	switch s {
 	case runtimeapi.PodSandboxState_SANDBOX_READY:
-		return SandboxReady
+		return reclaim.SandboxReady
 	case runtimeapi.PodSandboxState_SANDBOX_NOTREADY:
-		return SandboxNotReady
+		return reclaim.SandboxNotReady
 	}
-	return SandboxUnknown
+	return reclaim.SandboxUnknown
 }
 
 func (c *criClient) SandboxIPs(ctx context.Context, id string) ([]netip.Addr, error) {
@@ -108,8 +109,8 @@ const criTimeout = 15 * time.Second
 // trusted. A failed call or an implausible answer (a sandbox without an ID, or
 // no sandboxes at all while committed allocations exist) yields an incomplete
 // view, which reclaims nothing.
-func ListView(ctx context.Context, cri CRI, committed int, now time.Time) (CRIView, []CRISandbox) {
-	v := CRIView{ListedAt: now, Sandboxes: map[string]Sandbox{}}
+func ListView(ctx context.Context, cri CRI, committed int, now time.Time) (reclaim.CRIView, []reclaim.CRISandbox) {
+	v := reclaim.CRIView{ListedAt: now, Sandboxes: map[string]reclaim.Sandbox{}}
 	ctx, cancel := context.WithTimeout(ctx, criTimeout)
 	defer cancel()
 	list, err := cri.ListSandboxes(ctx)
@@ -117,13 +118,13 @@ func ListView(ctx context.Context, cri CRI, committed int, now time.Time) (CRIVi
 		v.Why = "ListPodSandbox: " + err.Error()
 		return v, nil
 	}
-	v.Sandboxes = make(map[string]Sandbox, len(list))
+	v.Sandboxes = make(map[string]reclaim.Sandbox, len(list))
 	for _, sb := range list {
 		if sb.ID == "" {
 			v.Why = "ListPodSandbox returned a sandbox without an ID"
 			return v, nil
 		}
-		v.Sandboxes[sb.ID] = Sandbox{ID: sb.ID, State: sb.State}
+		v.Sandboxes[sb.ID] = reclaim.Sandbox{ID: sb.ID, State: sb.State}
 	}
 	if len(list) == 0 && committed > 0 {
 		v.Why = fmt.Sprintf("ListPodSandbox returned no sandboxes while %d committed allocations exist", committed)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 	"io"
 	"log/slog"
 	"net/http"
@@ -54,7 +55,7 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 func TestDaemonHandler(t *testing.T) {
 	d, e, _ := newTestDaemon(t, func(o *Options) { o.Interval = time.Second })
 	live := e.alloc("sb-live", t0.Add(-time.Hour))
-	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
 	h := d.Handler()
 
 	// Starting up: alive, not ready, metrics served.
@@ -233,7 +234,7 @@ func TestDaemonKickReclaimsOnExhaustion(t *testing.T) {
 	leak2 := e.alloc("sb-leaked-2", t0.Add(-time.Hour))
 	touch(t, filepath.Join(e.dir, ".kick"), time.Now().Add(time.Second))
 	waitFor(t, "the kicked sweep to reclaim", func() bool {
-		return e.metric("hostlease_reclaims_total", "network", testNet, "reason", ReclaimSandboxAbsent) == 2
+		return e.metric("hostlease_reclaims_total", "network", testNet, "reason", reclaim.ReclaimSandboxAbsent) == 2
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // This file is the sweep's decide stage: pure functions from what a sweep
@@ -17,7 +18,7 @@ type storePlan struct {
 	// repairIndexes: rebuild the derived indexes from the records first.
 	repairIndexes bool
 	// reReserve are the re-reservations (never the conflicts).
-	reReserve []ReReserve
+	reReserve []reclaim.ReReserve
 	// releaseHostLocal: release the records imported from host-local whose
 	// reservation file is gone.
 	releaseHostLocal bool
@@ -32,7 +33,7 @@ func (p *storePlan) empty() bool {
 // plannedWrite is one decision that changes the store, with the record's new
 // value when it could be encoded ahead of the write transaction.
 type plannedWrite struct {
-	d        *Decision
+	d        *reclaim.Decision
 	rewrite  store.Rewrite
 	prepared bool
 }
@@ -51,14 +52,14 @@ func planStores(rep *SweepReport) {
 // judgeNetworks judges every readable store's records (Judge: every rule but the
 // API veto and the guard) and reconciles the addresses READY sandboxes use
 // with them (Reconcile).
-func judgeNetworks(rep *SweepReport, uses []Use, p Policy, now time.Time) {
+func judgeNetworks(rep *SweepReport, uses []reclaim.Use, p reclaim.Policy, now time.Time) {
 	for _, nr := range rep.Networks {
 		if !nr.readable() {
 			continue
 		}
 		snap := nr.Snapshot
-		nr.ReReserve = Reconcile(uses, snap.Records, snap.Damaged, snap.RangeSets, rep.CRI)
-		nr.Verdict = Judge(p, nr.cands, rep.CRI, now)
+		nr.ReReserve = reclaim.Reconcile(uses, snap.Records, snap.Damaged, snap.RangeSets, rep.CRI)
+		nr.Verdict = reclaim.Judge(p, nr.cands, rep.CRI, now)
 	}
 }
 
@@ -75,12 +76,12 @@ func needsAPI(rep *SweepReport) bool {
 
 // settleNetworks finishes each verdict with the API view (vetoes) and the guard
 // (Settle), and plans each store's writes: none in a dry run.
-func settleNetworks(rep *SweepReport, p Policy, maxInfo int, now time.Time) {
+func settleNetworks(rep *SweepReport, p reclaim.Policy, maxInfo int, now time.Time) {
 	for _, nr := range rep.Networks {
 		if !nr.readable() {
 			continue
 		}
-		Settle(&nr.Verdict, p, nr.Snapshot.Held(), rep.API)
+		reclaim.Settle(&nr.Verdict, p, nr.Snapshot.Held(), rep.API)
 		if rep.DryRun {
 			continue
 		}
@@ -102,8 +103,8 @@ func settleNetworks(rep *SweepReport, p Policy, maxInfo int, now time.Time) {
 // when there are many, as on a daemon's first sweep). A reclaim, or a record
 // the snapshot cannot vouch for, is left to the write transaction's look at
 // the record as it is then.
-func planWrites(snap *Snapshot, v NetworkVerdict, maxInfo int, now time.Time) []plannedWrite {
-	idx := Writes(v.Decisions, maxInfo)
+func planWrites(snap *Snapshot, v reclaim.NetworkVerdict, maxInfo int, now time.Time) []plannedWrite {
+	idx := reclaim.Writes(v.Decisions, maxInfo)
 	plan := make([]plannedWrite, len(idx))
 	inParallel(len(plan), func(lo, hi int) {
 		for j := lo; j < hi; j++ {
@@ -112,12 +113,12 @@ func planWrites(snap *Snapshot, v NetworkVerdict, maxInfo int, now time.Time) []
 			w.d = &v.Decisions[i]
 			d := w.d
 			// Judge keeps the snapshot's order; the pointer check guards that.
-			if d.Action == Reclaim || i >= len(snap.seen) || snap.seen[i].Rec != d.Record {
+			if d.Action == reclaim.Reclaim || i >= len(snap.seen) || snap.seen[i].Rec != d.Record {
 				continue
 			}
 			next := *d.Record // records are shared with the decode cache: never modify them
 			next.Obs = d.Obs
-			if d.Action == MarkCommitted {
+			if d.Action == reclaim.MarkCommitted {
 				next.State, next.Committed = allocator.StateCommitted, now
 			}
 			var err error

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // The decide stage as a pure function of plain values: a report as observe
@@ -31,9 +32,9 @@ type planCase struct {
 	name    string
 	recs    []*allocator.Record
 	proven  map[string]bool // sandbox IDs whose netns is gone
-	cri     CRIView
-	uses    []Use
-	api     APIView
+	cri     reclaim.CRIView
+	uses    []reclaim.Use
+	api     reclaim.APIView
 	dryRun  bool
 	readErr error // the store's read error
 	// observed facts that lead to writes
@@ -48,8 +49,10 @@ type planCase struct {
 }
 
 func TestDecidePlanTable(t *testing.T) {
-	ready := func(id string, ips ...netip.Addr) Sandbox { return Sandbox{ID: id, State: SandboxReady, IPs: ips} }
-	cri := criAt(late, ready("sb-live"), ready("sb-new", addr("10.1.0.103")), Sandbox{ID: "sb-stopped", State: SandboxNotReady})
+	ready := func(id string, ips ...netip.Addr) reclaim.Sandbox {
+		return reclaim.Sandbox{ID: id, State: reclaim.SandboxReady, IPs: ips}
+	}
+	cri := criAt(late, ready("sb-live"), ready("sb-new", addr("10.1.0.103")), reclaim.Sandbox{ID: "sb-stopped", State: reclaim.SandboxNotReady})
 	live := planRec(1, "sb-live")
 	newRec := planRec(3, "sb-new", pending)
 	stopped := planRec(4, "sb-stopped")
@@ -62,10 +65,10 @@ func TestDecidePlanTable(t *testing.T) {
 	// Every record's observation changes on this first look but the
 	// reclaims': all written.
 	baseWrites := []string{"sb-live", "sb-new", "sb-stopped", "sb-leak", "sb-young", "sb-gone"}
-	uses := []Use{
-		{Sandbox: CRISandbox{ID: "sb-ghost", State: SandboxReady}, IP: addr("10.1.0.20")}, // unrecorded
-		{Sandbox: CRISandbox{ID: "sb-twin", State: SandboxReady}, IP: live.IP},            // held by READY sb-live
-		{Sandbox: CRISandbox{ID: "sb-thief", State: SandboxReady}, IP: leak.IP},           // held by absent sb-leak
+	uses := []reclaim.Use{
+		{Sandbox: reclaim.CRISandbox{ID: "sb-ghost", State: reclaim.SandboxReady}, IP: addr("10.1.0.20")}, // unrecorded
+		{Sandbox: reclaim.CRISandbox{ID: "sb-twin", State: reclaim.SandboxReady}, IP: live.IP},            // held by READY sb-live
+		{Sandbox: reclaim.CRISandbox{ID: "sb-thief", State: reclaim.SandboxReady}, IP: leak.IP},           // held by absent sb-leak
 	}
 	unreadable := fmt.Errorf("open store: %w", store.ErrUnreadable)
 	cases := []planCase{
@@ -80,10 +83,10 @@ func TestDecidePlanTable(t *testing.T) {
 			wantReReserve: []string{"10.1.0.20", "10.1.0.105"}, wantConflicts: []string{"10.1.0.101"}},
 		{name: "the API server vetoes what a live pod lists, never a proven reclaim",
 			recs: base, proven: map[string]bool{"sb-gone": true}, cri: cri,
-			api:         apiWith(Pod{UID: "uid-sb-leak", Namespace: "default", Name: "web-0", IPs: []netip.Addr{leak.IP}}),
+			api:         apiWith(reclaim.Pod{UID: "uid-sb-leak", Namespace: "default", Name: "web-0", IPs: []netip.Addr{leak.IP}}),
 			wantActions: map[string]string{"sb-leak": "vetoed", "sb-gone": "reclaim:netns_gone"}, wantNeedsAPI: true, wantWrites: baseWrites},
 		{name: "an unreadable API server keeps the reclaims without proof",
-			recs: base, cri: cri, api: APIView{Enabled: true},
+			recs: base, cri: cri, api: reclaim.APIView{Enabled: true},
 			wantActions: map[string]string{"sb-leak": "api_unavailable", "sb-gone": "absent"}, wantNeedsAPI: true, wantWrites: baseWrites},
 		{name: "proof of death needs no API server",
 			recs: []*allocator.Record{live, gone}, proven: map[string]bool{"sb-gone": true}, cri: cri,
@@ -94,7 +97,7 @@ func TestDecidePlanTable(t *testing.T) {
 			wantActions:  map[string]string{"a": "guarded", "b": "guarded", "c": "guarded", "sb-gone": "reclaim:netns_gone"},
 			wantNeedsAPI: true, wantGuarded: true, wantWrites: []string{"a", "b", "c", "sb-gone"}},
 		{name: "an incomplete CRI answer decides nothing and re-reserves nothing",
-			recs: base, cri: CRIView{Why: "deadline exceeded", ListedAt: late}, uses: uses,
+			recs: base, cri: reclaim.CRIView{Why: "deadline exceeded", ListedAt: late}, uses: uses,
 			wantActions: map[string]string{"sb-live": "cri_unavailable", "sb-leak": "cri_unavailable"},
 			wantWrites:  baseWrites},
 		{name: "host-local files gone and disagreeing indexes are written",
@@ -103,7 +106,7 @@ func TestDecidePlanTable(t *testing.T) {
 		{name: "an unreadable store is rebuilt with a complete CRI answer",
 			readErr: unreadable, cri: cri, wantRebuild: true},
 		{name: "an unreadable store is not rebuilt without a complete CRI answer",
-			readErr: unreadable, cri: CRIView{Why: "x"}},
+			readErr: unreadable, cri: reclaim.CRIView{Why: "x"}},
 		{name: "an unreadable store is not rebuilt in a dry run",
 			readErr: unreadable, cri: cri, dryRun: true},
 		{name: "a store with an environment error is never rebuilt",
@@ -122,7 +125,7 @@ func checkPlan(t *testing.T, tc planCase) {
 		snap.Indexes.OwnerAdded = map[bool]int{true: 1}[tc.indexesChanged]
 		nr.Snapshot = snap
 		for _, r := range tc.recs {
-			nr.cands = append(nr.cands, Candidate{Record: r, NetnsGone: tc.proven[r.ContainerID]})
+			nr.cands = append(nr.cands, reclaim.Candidate{Record: r, NetnsGone: tc.proven[r.ContainerID]})
 		}
 	}
 	rep := &SweepReport{DryRun: tc.dryRun, CRI: tc.cri, Networks: []*NetworkReport{nr}}
@@ -132,7 +135,7 @@ func checkPlan(t *testing.T, tc planCase) {
 		t.Errorf("needsAPI = %v, want %v", got, tc.wantNeedsAPI)
 	}
 	rep.API = tc.api
-	settleNetworks(rep, testPolicy, MaxInfoWrites, late)
+	settleNetworks(rep, testPolicy, reclaim.MaxInfoWrites, late)
 
 	if nr.rebuild != tc.wantRebuild || rep.cleanTemp == tc.dryRun {
 		t.Errorf("rebuild %v cleanTemp %v, want %v %v", nr.rebuild, rep.cleanTemp, tc.wantRebuild, !tc.dryRun)
@@ -140,9 +143,9 @@ func checkPlan(t *testing.T, tc planCase) {
 	got := map[string]string{}
 	for _, d := range nr.Verdict.Decisions {
 		switch d.Action {
-		case Reclaim:
+		case reclaim.Reclaim:
 			got[d.Record.ContainerID] = "reclaim:" + string(d.Reason)
-		case MarkCommitted:
+		case reclaim.MarkCommitted:
 			got[d.Record.ContainerID] = "commit"
 		default:
 			got[d.Record.ContainerID] = string(d.Reason)

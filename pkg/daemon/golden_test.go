@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hostlease/hostlease/pkg/reclaim"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,7 +29,7 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/golden from the 
 
 // goldenSourceDirs are the directories whose production code the string
 // golden covers.
-var goldenSourceDirs = []string{"."}
+var goldenSourceDirs = []string{".", "../reclaim"}
 
 // goldenSkipFiles are files whose strings are HTTP plumbing, not a contract
 // (they change with the listener's own work).
@@ -96,18 +97,18 @@ func TestGoldenValues(t *testing.T) {
 			lines = append(lines, kind+" "+v)
 		}
 	}
-	for _, r := range ReclaimReasons {
+	for _, r := range reclaim.ReclaimReasons {
 		add("reclaim", string(r))
 	}
-	for _, r := range []Reason{KeepLive, KeepStale, KeepAbsent, KeepInFlight, KeepVetoed, KeepGuarded, KeepCRIUnavailable, KeepAPIUnavailable} {
+	for _, r := range []reclaim.Reason{reclaim.KeepLive, reclaim.KeepStale, reclaim.KeepAbsent, reclaim.KeepInFlight, reclaim.KeepVetoed, reclaim.KeepGuarded, reclaim.KeepCRIUnavailable, reclaim.KeepAPIUnavailable} {
 		add("keep", string(r))
 	}
 	add("veto", VetoPodListsIP, VetoMassReclaimGuard)
-	add("rereserve", ReReserveUnrecorded, ReReserveOtherOwner, ReReserveDamaged, ReReserveIfName)
+	add("rereserve", reclaim.ReReserveUnrecorded, reclaim.ReReserveOtherOwner, reclaim.ReReserveDamaged, reclaim.ReReserveIfName)
 	add("sweep", SweepOK, SweepCRIError, SweepStoreError)
 	add("class", ClassEnvironment, ClassUnreadable, ClassDamagedPage, ClassOther)
-	add("netns", NetnsProofVerified, NetnsProofUnreadable, NetnsProofLiveMissing, NetnsProofOtherDir, NetnsProofElsewhere, NetnsProofNoWitness, NetnsProofNoNetns)
-	add("sandbox", SandboxReady, SandboxNotReady, SandboxUnknown, SandboxAbsent)
+	add("netns", reclaim.NetnsProofVerified, reclaim.NetnsProofUnreadable, reclaim.NetnsProofLiveMissing, reclaim.NetnsProofOtherDir, reclaim.NetnsProofElsewhere, reclaim.NetnsProofNoWitness, reclaim.NetnsProofNoNetns)
+	add("sandbox", reclaim.SandboxReady, reclaim.SandboxNotReady, reclaim.SandboxUnknown, reclaim.SandboxAbsent)
 	checkGolden(t, "values.txt", lines)
 }
 

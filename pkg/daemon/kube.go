@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // Kube is the daemon's view of the Kubernetes API: the pods on this node (for
@@ -149,12 +150,12 @@ func trimPod(obj any) (any, error) {
 // Available is false until the informer's first LIST has completed. A pod
 // created after the cache last heard from the API server is covered by
 // --min-age, as with any read of a cache.
-func (k *Kube) View(ctx context.Context) APIView {
+func (k *Kube) View(ctx context.Context) reclaim.APIView {
 	if k == nil {
-		return APIView{}
+		return reclaim.APIView{}
 	}
 	k.start()
-	v := APIView{Enabled: true, PodsByUID: map[string]Pod{}}
+	v := reclaim.APIView{Enabled: true, PodsByUID: map[string]reclaim.Pod{}}
 	if !k.informer.HasSynced() {
 		wctx, cancel := context.WithTimeout(ctx, k.syncWait)
 		synced := cache.WaitForCacheSync(wctx.Done(), k.informer.HasSynced)
@@ -170,7 +171,7 @@ func (k *Kube) View(ctx context.Context) APIView {
 		if !ok {
 			continue
 		}
-		pod := Pod{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
+		pod := reclaim.Pod{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
 			Terminated: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed}
 		for _, pip := range p.Status.PodIPs {
 			if a, err := netip.ParseAddr(pip.IP); err == nil {
@@ -191,7 +192,7 @@ func (k *Kube) View(ctx context.Context) APIView {
 // record's pod when it still exists (as the sweep's view, or else the
 // informer, knows), otherwise on this node. Failing to post an Event never
 // stops a sweep.
-func (k *Kube) Event(ctx context.Context, api APIView, r *allocator.Record, eventType, reason, msg string) error {
+func (k *Kube) Event(ctx context.Context, api reclaim.APIView, r *allocator.Record, eventType, reason, msg string) error {
 	if k == nil {
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // fakeAPIServer answers the daemon's API client over HTTP as an API server
@@ -138,7 +139,7 @@ func TestKubeClientOneLongWatchBoundedRequests(t *testing.T) {
 
 	errc := make(chan error, 1)
 	go func() {
-		errc <- k.Event(context.Background(), APIView{Enabled: true, Available: true}, &allocator.Record{}, "Normal", "AddressReclaimed", "m")
+		errc <- k.Event(context.Background(), reclaim.APIView{Enabled: true, Available: true}, &allocator.Record{}, "Normal", "AddressReclaimed", "m")
 	}()
 	select {
 	case err := <-errc:
@@ -191,7 +192,7 @@ func TestKubePodWatchNotEndedByTheClient(t *testing.T) {
 	// An Event to this server (which never answers one) ends when its
 	// request timeout expires: a watch bounded by that timeout, started
 	// before it, has ended by then.
-	if err := k.Event(context.Background(), APIView{Enabled: true, Available: true}, &allocator.Record{}, "Normal", "AddressReclaimed", "m"); err == nil {
+	if err := k.Event(context.Background(), reclaim.APIView{Enabled: true, Available: true}, &allocator.Record{}, "Normal", "AddressReclaimed", "m"); err == nil {
 		t.Fatal("an Event to an API server that never answers returned no error")
 	}
 	mu.Lock()

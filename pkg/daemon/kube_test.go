@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // waitObserved waits until the informer (when started) holds p as written:
@@ -120,11 +121,11 @@ func TestKubeEventOnPodWithoutSweepView(t *testing.T) {
 	k := NewKube(client, "node1")
 	defer k.Close()
 	rec := &allocator.Record{PodNamespace: "shop", PodName: "web-0", PodUID: "uid-1"}
-	if err := k.Event(ctx, APIView{}, rec, "Normal", "AddressReclaimed", "m"); err != nil {
+	if err := k.Event(ctx, reclaim.APIView{}, rec, "Normal", "AddressReclaimed", "m"); err != nil {
 		t.Fatal(err)
 	}
 	gone := &allocator.Record{PodNamespace: "shop", PodName: "web-1", PodUID: "uid-2"}
-	if err := k.Event(ctx, APIView{}, gone, "Normal", "AddressReclaimed", "m"); err != nil {
+	if err := k.Event(ctx, reclaim.APIView{}, gone, "Normal", "AddressReclaimed", "m"); err != nil {
 		t.Fatal(err)
 	}
 	var got []string

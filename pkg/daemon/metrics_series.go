@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // What the collector keeps of each network between scrapes, and how a sweep's
@@ -40,7 +41,7 @@ type exhaustionCount struct {
 
 // netCounters counts what the daemon did to one network.
 type netCounters struct {
-	reclaims     map[Reason]float64
+	reclaims     map[reclaim.Reason]float64
 	vetoes       map[string]float64
 	rereserved   map[string]float64
 	storeErrors  map[storeError]float64
@@ -57,11 +58,11 @@ type netCounters struct {
 type storeError struct{ class, errno string }
 
 func newNetCounters() netCounters {
-	c := netCounters{reclaims: map[Reason]float64{}, vetoes: map[string]float64{VetoPodListsIP: 0, VetoMassReclaimGuard: 0},
-		rereserved: map[string]float64{ReReserveUnrecorded: 0, ReReserveOtherOwner: 0, ReReserveDamaged: 0}, storeErrors: map[storeError]float64{}}
+	c := netCounters{reclaims: map[reclaim.Reason]float64{}, vetoes: map[string]float64{VetoPodListsIP: 0, VetoMassReclaimGuard: 0},
+		rereserved: map[string]float64{reclaim.ReReserveUnrecorded: 0, reclaim.ReReserveOtherOwner: 0, reclaim.ReReserveDamaged: 0}, storeErrors: map[storeError]float64{}}
 	// Every label value exists from the start, so increase() in alerts sees
 	// the first event and "absent" is not confused with "never happened".
-	for _, r := range ReclaimReasons {
+	for _, r := range reclaim.ReclaimReasons {
 		c.reclaims[r] = 0
 	}
 	c.pluginReleases = map[string]float64{}
@@ -79,9 +80,9 @@ func (c *netCounters) add(nr *NetworkReport) {
 	for _, r := range nr.Reclaimed {
 		c.reclaims[r.Reason]++
 	}
-	c.reclaims[ReclaimHostLocalGone] += float64(len(nr.HostLocalReleased))
+	c.reclaims[reclaim.ReclaimHostLocalGone] += float64(len(nr.HostLocalReleased))
 	for i := range nr.Verdict.Decisions {
-		if nr.Verdict.Decisions[i].Reason == KeepVetoed {
+		if nr.Verdict.Decisions[i].Reason == reclaim.KeepVetoed {
 			c.vetoes[VetoPodListsIP]++
 		}
 	}
@@ -152,7 +153,7 @@ func gaugesOf(nr *NetworkReport, dryRun bool) *netGauges {
 		freed[r.IP] = true
 	}
 	for _, c := range nr.cands {
-		if !freed[c.Record.IP] && IsUnverified(c.Evidence, nr.netns.LiveMissing) {
+		if !freed[c.Record.IP] && reclaim.IsUnverified(c.Evidence, nr.netns.LiveMissing) {
 			g.netnsUnverified++
 		}
 	}
@@ -161,7 +162,7 @@ func gaugesOf(nr *NetworkReport, dryRun bool) *netGauges {
 		switch {
 		case freed[d.Record.IP]:
 			continue
-		case d.Record.State == allocator.StateCommitted || d.Action == MarkCommitted && !dryRun:
+		case d.Record.State == allocator.StateCommitted || d.Action == reclaim.MarkCommitted && !dryRun:
 			g.committed++
 		default:
 			g.pending++
@@ -172,10 +173,10 @@ func gaugesOf(nr *NetworkReport, dryRun bool) *netGauges {
 	}
 	used := make(map[int]int, len(snap.Usage))
 	for _, rr := range nr.ReReserved {
-		if rr.Reason != ReReserveOtherOwner { // a new record (a replaced one was counted)
+		if rr.Reason != reclaim.ReReserveOtherOwner { // a new record (a replaced one was counted)
 			g.committed++
 		}
-		if rs, _, ok := RangeOf(snap.RangeSets, rr.IP); ok && rr.Reason == ReReserveUnrecorded {
+		if rs, _, ok := reclaim.RangeOf(snap.RangeSets, rr.IP); ok && rr.Reason == reclaim.ReReserveUnrecorded {
 			used[rs]++
 		}
 	}

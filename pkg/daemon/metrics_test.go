@@ -15,6 +15,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/pool"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -90,13 +91,13 @@ func usage(rs, size, used int) pool.Usage {
 func populate(m *Metrics) {
 	var reclaimed []ReclaimedRecord
 	for i := range 5 {
-		reclaimed = append(reclaimed, ReclaimedRecord{Record: rec(100+i, allocator.StateCommitted), Reason: ReclaimSandboxAbsent})
+		reclaimed = append(reclaimed, ReclaimedRecord{Record: rec(100+i, allocator.StateCommitted), Reason: reclaim.ReclaimSandboxAbsent})
 	}
 	// Committed: two records and one re-reserved address.
-	decisions := []Decision{
+	decisions := []reclaim.Decision{
 		{Record: rec(10, allocator.StatePending), Obs: allocator.Observation{Misses: 1}, Candidate: true},
-		{Record: rec(11, allocator.StateCommitted), Obs: allocator.Observation{Misses: 3}, Candidate: true, Reason: KeepVetoed},
-		{Record: rec(12, allocator.StateCommitted), Reason: KeepLive},
+		{Record: rec(11, allocator.StateCommitted), Obs: allocator.Observation{Misses: 3}, Candidate: true, Reason: reclaim.KeepVetoed},
+		{Record: rec(12, allocator.StateCommitted), Reason: reclaim.KeepLive},
 	}
 	m.Observe(&SweepReport{Result: SweepOK, CRIReached: true, Duration: 12 * time.Millisecond, Networks: []*NetworkReport{{
 		Network: "podnet",
@@ -106,11 +107,11 @@ func populate(m *Metrics) {
 			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 2, Last: time.Unix(1700000000, 0)}},
 			Damaged:     make([]allocator.DamagedRecord, 2),
 		},
-		Verdict:     NetworkVerdict{Decisions: decisions, Guarded: true},
+		Verdict:     reclaim.NetworkVerdict{Decisions: decisions, Guarded: true},
 		Reclaimed:   reclaimed,
 		Rebuilt:     "podnet.db.corrupt-1",
-		ReReserved:  []ReReserve{{IP: addr("10.9.0.1"), Reason: ReReserveUnrecorded}},
-		ReReserve:   []ReReserve{{IP: addr("10.9.0.1"), Reason: ReReserveUnrecorded}, {IP: addr("10.9.0.2"), Reason: ReReserveOtherOwner, Conflict: true}},
+		ReReserved:  []reclaim.ReReserve{{IP: addr("10.9.0.1"), Reason: reclaim.ReReserveUnrecorded}},
+		ReReserve:   []reclaim.ReReserve{{IP: addr("10.9.0.1"), Reason: reclaim.ReReserveUnrecorded}, {IP: addr("10.9.0.2"), Reason: reclaim.ReReserveOtherOwner, Conflict: true}},
 		storeErrors: []storeError{{ClassEnvironment, "EROFS"}},
 	}}}, time.Unix(1700000100, 500000000))
 	m.Observe(&SweepReport{Result: SweepCRIError, Duration: 3 * time.Second, Networks: []*NetworkReport{{
@@ -288,7 +289,7 @@ func TestMetricsForgetANetworkNoLongerReported(t *testing.T) {
 	if n := series(t, reg, "hostlease_pool_size_addresses"); n != 2 {
 		t.Fatalf("pool size series = %d, want 2", n)
 	}
-	if v := gathered(t, reg, "hostlease_reclaims_total", "network", "podnet", "reason", ReclaimSandboxAbsent); v != 0 {
+	if v := gathered(t, reg, "hostlease_reclaims_total", "network", "podnet", "reason", reclaim.ReclaimSandboxAbsent); v != 0 {
 		t.Fatalf("a network back counts from 0: reclaims %v", v)
 	}
 }

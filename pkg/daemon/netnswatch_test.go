@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 	"io"
 	"log/slog"
 	"os"
@@ -119,7 +120,7 @@ func drain(c <-chan struct{}) {
 func TestDaemonWakesOnNetnsRemoval(t *testing.T) {
 	d, e, logs := newTestDaemon(t, func(o *Options) { o.Interval = time.Hour; o.NetnsGrace = 0 })
 	live := e.allocNetns("sb-live", t0.Add(-time.Hour), e.touchNetns("cni-live"))
-	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
 	leakNs := e.touchNetns("cni-leak")
 	leak := e.allocNetns("sb-leak", t0.Add(-time.Second), leakNs)
 	stop := runDaemon(t, d)
@@ -131,7 +132,7 @@ func TestDaemonWakesOnNetnsRemoval(t *testing.T) {
 	if err := os.Remove(leakNs); err != nil { // the runtime's teardown after a failed ADD
 		t.Fatal(err)
 	}
-	waitFor(t, "the woken sweep to reclaim", func() bool { return e.reclaims(ReclaimNetnsGone) == 1 })
+	waitFor(t, "the woken sweep to reclaim", func() bool { return e.reclaims(reclaim.ReclaimNetnsGone) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hostlease/hostlease/internal/trustfs"
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // This file is the sweep's observe stage: it reads the stores, CRI and the
@@ -57,7 +58,7 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 			st.auditMark = nr.Snapshot.AuditLast
 			st.committed = 0
 			for _, r := range nr.Snapshot.Records {
-				if r.State == allocator.StateCommitted && !PredatesBoot(r.Created, boot, probe) {
+				if r.State == allocator.StateCommitted && !reclaim.PredatesBoot(r.Created, boot, probe) {
 					st.committed++
 				}
 			}
@@ -82,7 +83,7 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 // observeCRI lists the sandboxes (CRIView judges whether the answer can be
 // trusted) and asks for the addresses of READY sandboxes that hold pending
 // records, so those can be marked committed.
-func (s *Sweeper) observeCRI(ctx context.Context, rep *SweepReport, committed int, now time.Time) []CRISandbox {
+func (s *Sweeper) observeCRI(ctx context.Context, rep *SweepReport, committed int, now time.Time) []reclaim.CRISandbox {
 	view, sandboxes := ListView(ctx, s.CRI, committed, now)
 	rep.CRIReached = view.Complete || sandboxes != nil
 	if !view.Complete {
@@ -95,7 +96,7 @@ func (s *Sweeper) observeCRI(ctx context.Context, rep *SweepReport, committed in
 
 // fillPendingIPs asks CRI for the addresses of READY sandboxes that hold
 // pending records. Other sandboxes need no status call.
-func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*NetworkReport) {
+func (s *Sweeper) fillPendingIPs(ctx context.Context, view *reclaim.CRIView, nets []*NetworkReport) {
 	if !view.Complete {
 		return
 	}
@@ -105,7 +106,7 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 		}
 		for _, r := range nr.Snapshot.Records {
 			sb, ok := view.Sandboxes[r.ContainerID]
-			if !ok || sb.State != SandboxReady || r.State != allocator.StatePending || sb.IPs != nil {
+			if !ok || sb.State != reclaim.SandboxReady || r.State != allocator.StatePending || sb.IPs != nil {
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, criTimeout)
@@ -125,10 +126,10 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *CRIView, nets []*Net
 // host-local reservation files, the addresses READY sandboxes use (returned),
 // proofs of death; and, under --dry-run, gives each record the observation
 // the previous dry-run sweep decided (the store still holds an older one).
-func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes []CRISandbox, boot, now time.Time) []Use {
+func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes []reclaim.CRISandbox, boot, now time.Time) []reclaim.Use {
 	dir := s.netnsDirView()
 	holders := &netnsHolders{procDir: s.procDir()}
-	var facts []NetnsFacts
+	var facts []reclaim.NetnsFacts
 	for _, nr := range rep.Networks {
 		if !nr.readable() {
 			continue
@@ -146,15 +147,15 @@ func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes [
 		nr.netns, nr.cands = s.candidates(nr.Snapshot, rep.CRI, dir, holders, boot, now)
 		facts = append(facts, nr.netns)
 	}
-	rep.Netns = NetnsProof(dir, facts)
+	rep.Netns = reclaim.NetnsProof(dir, facts)
 	return s.sandboxUses(ctx, rep.CRI, sandboxes, rep.Networks)
 }
 
 // netnsDirView stats --netns-dir once for the sweep. A directory whose file
 // handle cannot be read is unseen: its device and inode alone prove nothing
 // (allocator.DirID), and the reason is the operator's to fix.
-func (s *Sweeper) netnsDirView() NetnsDirView {
-	v := NetnsDirView{Dir: s.Opts.NetnsDir}
+func (s *Sweeper) netnsDirView() reclaim.NetnsDirView {
+	v := reclaim.NetnsDirView{Dir: s.Opts.NetnsDir}
 	v.ID, v.Err = allocator.DirIDOf(v.Dir)
 	if v.Err == nil && v.ID.Handle == "" {
 		_, herr := allocator.ReadFileHandle(v.Dir)
@@ -167,8 +168,8 @@ func (s *Sweeper) netnsDirView() NetnsDirView {
 // any. A netns is judged only with positive evidence (netnsDoubt: the
 // record's witness has --netns-dir's identity); a record written before the
 // boot is proven dead unless its netns path still exists.
-func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, holders *netnsHolders, boot, now time.Time) (NetnsFacts, []Candidate) {
-	facts := NetnsFacts{Evidence: map[allocator.NetnsEvidence]int{}}
+func (s *Sweeper) candidates(snap *Snapshot, view reclaim.CRIView, dir reclaim.NetnsDirView, holders *netnsHolders, boot, now time.Time) (reclaim.NetnsFacts, []reclaim.Candidate) {
+	facts := reclaim.NetnsFacts{Evidence: map[allocator.NetnsEvidence]int{}}
 	evidence := make([]allocator.NetnsEvidence, len(snap.Records))
 	checked := 0
 	for i, r := range snap.Records {
@@ -188,7 +189,7 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, hol
 			// A READY sandbox's netns cannot be gone: a few of them tell
 			// whether the directory is still the runtime's (a handful of
 			// lstats, not one per live record).
-			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == SandboxReady && checked < liveNetnsSample {
+			if sb, listed := view.Sandboxes[r.ContainerID]; listed && sb.State == reclaim.SandboxReady && checked < liveNetnsSample {
 				checked++
 				if netnsMissing(r.Netns) {
 					facts.LiveMissing++
@@ -196,13 +197,13 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, hol
 			}
 		}
 	}
-	out := make([]Candidate, len(snap.Records))
+	out := make([]reclaim.Candidate, len(snap.Records))
 	// One goroutine: this runs every sweep, and spreading it over every CPU
 	// would take them all from plugin calls at once (it runs on a node).
 	for i, r := range snap.Records {
-		c := Candidate{Record: r, Evidence: evidence[i]}
+		c := reclaim.Candidate{Record: r, Evidence: evidence[i]}
 		if _, listed := view.Sandboxes[r.ContainerID]; !listed && view.Complete {
-			provable, doubt := JudgeNetns(evidence[i], r, dir, facts.LiveMissing)
+			provable, doubt := reclaim.JudgeNetns(evidence[i], r, dir, facts.LiveMissing)
 			if provable {
 				// The path being gone proves nothing while something
 				// still holds the namespace (allocator.NetnsGone).
@@ -219,7 +220,7 @@ func (s *Sweeper) candidates(snap *Snapshot, view CRIView, dir NetnsDirView, hol
 				}
 			}
 			c.NetnsDoubt = doubt
-			if !c.NetnsGone && PredatesBoot(r.Created, boot, now) {
+			if !c.NetnsGone && reclaim.PredatesBoot(r.Created, boot, now) {
 				c.PredatesBoot = r.Netns == "" || !netnsExists(r.Netns)
 			}
 		}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"flag"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 	"io"
 	"strings"
 	"testing"
@@ -101,7 +102,7 @@ func TestOptionsDefaults(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o.NetnsGrace != 0 || o.MaxReclaimFraction != DefaultMaxReclaimFraction || o.ProcDir != "/proc" || o.NetnsDir != DefaultNetnsDir ||
+	if o.NetnsGrace != 0 || o.MaxReclaimFraction != reclaim.DefaultMaxReclaimFraction || o.ProcDir != "/proc" || o.NetnsDir != DefaultNetnsDir ||
 		o.HTTP != (HTTPLimits{}).withDefaults() {
 		t.Fatalf("defaults: %+v", o)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // The policy's safeguards against a bad view of the node: an incomplete CRI
@@ -16,11 +17,13 @@ import (
 
 // fakeListCRI is a CRI whose ListSandboxes answer is scripted.
 type fakeListCRI struct {
-	list []CRISandbox
+	list []reclaim.CRISandbox
 	err  error
 }
 
-func (f *fakeListCRI) ListSandboxes(context.Context) ([]CRISandbox, error) { return f.list, f.err }
+func (f *fakeListCRI) ListSandboxes(context.Context) ([]reclaim.CRISandbox, error) {
+	return f.list, f.err
+}
 func (f *fakeListCRI) SandboxIPs(context.Context, string) ([]netip.Addr, error) {
 	return nil, errors.New("not scripted")
 }
@@ -37,11 +40,11 @@ func TestListViewIncompleteReclaimsNothing(t *testing.T) {
 		why       string
 	}{
 		{"list error", &fakeListCRI{err: errors.New("connection refused")}, 1, false, "connection refused"},
-		{"empty list while committed records exist", &fakeListCRI{list: []CRISandbox{}}, 3, false, "3 committed"},
+		{"empty list while committed records exist", &fakeListCRI{list: []reclaim.CRISandbox{}}, 3, false, "3 committed"},
 		{"nil list while committed records exist", &fakeListCRI{}, 1, false, "no sandboxes"},
-		{"sandbox without an ID", &fakeListCRI{list: []CRISandbox{{ID: "sb-z", State: SandboxReady}, {State: SandboxReady}}}, 0, false, "without an ID"},
-		{"empty list on an empty node", &fakeListCRI{list: []CRISandbox{}}, 0, true, ""},
-		{"other sandboxes listed", &fakeListCRI{list: []CRISandbox{{ID: "sb-z", State: SandboxReady}}}, 5, true, ""},
+		{"sandbox without an ID", &fakeListCRI{list: []reclaim.CRISandbox{{ID: "sb-z", State: reclaim.SandboxReady}, {State: reclaim.SandboxReady}}}, 0, false, "without an ID"},
+		{"empty list on an empty node", &fakeListCRI{list: []reclaim.CRISandbox{}}, 0, true, ""},
+		{"other sandboxes listed", &fakeListCRI{list: []reclaim.CRISandbox{{ID: "sb-z", State: reclaim.SandboxReady}}}, 5, true, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,15 +59,15 @@ func TestListViewIncompleteReclaimsNothing(t *testing.T) {
 				t.Errorf("Why=%q, want it to mention %q", view.Why, tc.why)
 			}
 			recs := []*allocator.Record{due(), prec(missed(0, time.Time{}), func(r *allocator.Record) { r.IP, r.ContainerID = ipOther, "sb-b" })}
-			v := Decide(testPolicy, []Candidate{{Record: recs[0], NetnsGone: true}, {Record: recs[1]}}, testPool, view, apiWith(), late)
+			v := reclaim.Decide(testPolicy, []reclaim.Candidate{{Record: recs[0], NetnsGone: true}, {Record: recs[1]}}, testPool, view, apiWith(), late)
 			for i, d := range v.Decisions {
 				if tc.complete {
-					if i == 0 && d.Action != Reclaim {
+					if i == 0 && d.Action != reclaim.Reclaim {
 						t.Errorf("complete answer without the sandbox: %v %q, want reclaim", d.Action, d.Reason)
 					}
 					continue
 				}
-				if d.Action != Keep || d.Reason != "cri_unavailable" {
+				if d.Action != reclaim.Keep || d.Reason != "cri_unavailable" {
 					t.Errorf("record %s: %v %q, want keep cri_unavailable", d.Record.IP, d.Action, d.Reason)
 				}
 				o, want := d.Obs, recs[i].Obs
@@ -78,7 +81,7 @@ func TestListViewIncompleteReclaimsNothing(t *testing.T) {
 
 func TestPolicyFromOptions(t *testing.T) {
 	o := &Options{Misses: 4, Grace: time.Minute, MinAge: 7 * time.Minute, NetnsGrace: 5 * time.Second, MaxReclaimFraction: 0.25}
-	want := Policy{Misses: 4, Grace: time.Minute, MinAge: 7 * time.Minute, NetnsGrace: 5 * time.Second, MaxReclaimFraction: 0.25}
+	want := reclaim.Policy{Misses: 4, Grace: time.Minute, MinAge: 7 * time.Minute, NetnsGrace: 5 * time.Second, MaxReclaimFraction: 0.25}
 	if got := PolicyFromOptions(o); got != want {
 		t.Fatalf("PolicyFromOptions = %+v, want %+v", got, want)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // RebuildStore replaces the store at path with one rebuilt from the runtime
@@ -33,7 +34,7 @@ import (
 // longer needs the rebuild asked for (another process rebuilt it since it was
 // judged) is left as it is, with ErrNotRebuilt. by names who acts in the
 // audit (allocator.ByDaemon, allocator.ByCLI("rebuild")).
-func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen, by string) (aside string, n int, err error) {
+func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []reclaim.CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen, by string) (aside string, n int, err error) {
 	if err := store.CheckTrusted(path); err != nil {
 		return "", 0, err
 	}
@@ -56,7 +57,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 	for _, sb := range sandboxes {
 		listed[sb.ID] = true
 	}
-	rebuilt := MergeRebuild(RebuildInput{Network: network, Sets: sets, Sandboxes: addrs, Listed: listed, Old: old.Salvage, Now: now})
+	rebuilt := reclaim.MergeRebuild(reclaim.RebuildInput{Network: network, Sets: sets, Sandboxes: addrs, Listed: listed, Old: old.Salvage, Now: now})
 	aside, err = replaceStore(oldFile, path, network, old, rebuilt, now, by)
 	if err != nil {
 		return "", 0, err
@@ -67,29 +68,29 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 // gatherAddrs asks the runtime for the addresses of every READY and NOTREADY
 // sandbox: a READY one's must all be known (an error otherwise), a stopped
 // one may have no status left.
-func gatherAddrs(ctx context.Context, cri CRI, sandboxes []CRISandbox) ([]SandboxAddrs, error) {
-	var out []SandboxAddrs
+func gatherAddrs(ctx context.Context, cri CRI, sandboxes []reclaim.CRISandbox) ([]reclaim.SandboxAddrs, error) {
+	var out []reclaim.SandboxAddrs
 	for _, sb := range sandboxes {
-		if sb.State != SandboxReady && sb.State != SandboxNotReady {
+		if sb.State != reclaim.SandboxReady && sb.State != reclaim.SandboxNotReady {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, criTimeout)
 		ips, err := cri.SandboxIPs(cctx, sb.ID)
 		cancel()
 		if err != nil {
-			if sb.State != SandboxReady {
+			if sb.State != reclaim.SandboxReady {
 				continue // a stopped sandbox may have no status left
 			}
 			return nil, fmt.Errorf("PodSandboxStatus %s: %w (rebuild needs every READY sandbox's addresses)", sb.ID, err)
 		}
-		out = append(out, SandboxAddrs{Sandbox: sb, IPs: ips})
+		out = append(out, reclaim.SandboxAddrs{Sandbox: sb, IPs: ips})
 	}
 	return out, nil
 }
 
 // replaceStore sets the locked old file aside and replaces it with a store
 // holding rebuilt, audited as a rebuild by by.
-func replaceStore(oldFile *store.LockedFile, path, network string, old salvaged, rebuilt *Rebuilt, now time.Time, by string) (string, error) {
+func replaceStore(oldFile *store.LockedFile, path, network string, old salvaged, rebuilt *reclaim.Rebuilt, now time.Time, by string) (string, error) {
 	aside, err := oldFile.SetAside(func(n int) string {
 		if n == 0 {
 			return fmt.Sprintf("%s.corrupt-%d", path, now.Unix())
@@ -171,7 +172,7 @@ func (w RebuildWhen) needs(old salvaged) bool {
 
 // salvaged is what could still be read of a store before a rebuild.
 type salvaged struct {
-	Salvage
+	reclaim.Salvage
 	// export is the store's mark of an export to host-local's files, when
 	// it had one (exported).
 	export   allocator.HostLocalExport

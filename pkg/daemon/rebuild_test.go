@@ -15,6 +15,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // damageRecord overwrites the stored value of ip's record with bytes that do
@@ -46,9 +47,9 @@ func TestRebuildLogicallyDamagedStore(t *testing.T) {
 	broken := e.alloc("sb-broken", created)     // .12 will not decode
 	stopped := e.alloc("sb-stopped", created)   // .13
 	gone := e.alloc("sb-gone", created)         // .14 the runtime no longer lists it
-	e.cri.set("sb-ready", SandboxReady, ready.IP)
-	e.cri.set("sb-stopped", SandboxNotReady, stopped.IP)
-	e.cri.set("sb-inflight", SandboxUnknown)
+	e.cri.set("sb-ready", reclaim.SandboxReady, ready.IP)
+	e.cri.set("sb-stopped", reclaim.SandboxNotReady, stopped.IP)
+	e.cri.set("sb-inflight", reclaim.SandboxUnknown)
 	damageRecord(t, e.path, broken.IP.As4())
 
 	list, err := e.cri.ListSandboxes(context.Background())
@@ -119,7 +120,7 @@ func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 	if recs[addr("10.1.0.50")] != nil || recs[addr("10.1.0.51")] == nil {
 		t.Fatalf("store: %v", keys(recs))
 	}
-	if got := e.reclaims(ReclaimHostLocalGone); got != 1 {
+	if got := e.reclaims(reclaim.ReclaimHostLocalGone); got != 1 {
 		t.Fatalf("reclaims{host_local_gone} = %v", got)
 	}
 }
@@ -129,7 +130,7 @@ func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 func TestSweepRepairsLostIndex(t *testing.T) {
 	e := newSweepEnv(t)
 	live := e.alloc("sb-live", t0.Add(-time.Hour))
-	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
 	e.alloc("sb-other", t0.Add(-time.Hour))
 	db, err := bolt.Open(e.path, 0o600, nil)
 	if err != nil {
@@ -206,10 +207,10 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 			e.alloc("sb-b", created)       // .11 leaked: its sandbox is gone
 			cc := e.alloc("sb-c", created) // .12 READY
 			d := e.alloc("sb-d", created)  // .13 NOTREADY
-			e.cri.set("sb-a", SandboxReady, a.IP)
-			e.cri.set("sb-c", SandboxReady, cc.IP, addr("fd00::c")) // plus an address of another network
-			e.cri.set("sb-d", SandboxNotReady, d.IP)
-			e.cri.set("sb-x", SandboxReady, addr("192.168.7.7")) // a pod on another network
+			e.cri.set("sb-a", reclaim.SandboxReady, a.IP)
+			e.cri.set("sb-c", reclaim.SandboxReady, cc.IP, addr("fd00::c")) // plus an address of another network
+			e.cri.set("sb-d", reclaim.SandboxNotReady, d.IP)
+			e.cri.set("sb-x", reclaim.SandboxReady, addr("192.168.7.7")) // a pod on another network
 			if rep := e.sweepAt(t0); rep.Result != SweepOK {
 				t.Fatalf("first sweep: %s", rep.Result)
 			}
@@ -286,7 +287,7 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 	t.Run("not without a complete CRI answer", func(t *testing.T) {
 		e := newSweepEnv(t)
 		a := e.alloc("sb-a", t0.Add(-time.Hour))
-		e.cri.set("sb-a", SandboxReady, a.IP)
+		e.cri.set("sb-a", reclaim.SandboxReady, a.IP)
 		e.sweepAt(t0)
 		if err := os.Truncate(e.path, 0); err != nil {
 			t.Fatal(err)

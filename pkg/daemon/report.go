@@ -7,6 +7,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // This file is the sweep's report stage: it logs what a sweep observed,
@@ -189,7 +190,7 @@ func (s *Sweeper) reportDecisions(ctx context.Context, log *slog.Logger, rep *Sw
 	}
 	if rep.DryRun {
 		for _, d := range nr.Verdict.Decisions {
-			if d.Action == Reclaim {
+			if d.Action == reclaim.Reclaim {
 				log.Info("would reclaim address (dry run)", "ip", d.Record.IP, "sandbox", d.Record.ContainerID, "pod", d.Record.PodRef(), "reason", d.Reason, "detail", d.Detail)
 			}
 		}
@@ -214,19 +215,19 @@ func (s *Sweeper) reportDecisions(ctx context.Context, log *slog.Logger, rep *Sw
 // reportReReserves logs, and posts Events for, what the reconciliation did
 // (or, in a dry run, would do) and the conflicts it found.
 func (s *Sweeper) reportReReserves(ctx context.Context, log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
-	event := func(rr ReReserve, typ, reason, msg string) {
+	event := func(rr reclaim.ReReserve, typ, reason, msg string) {
 		r := &allocator.Record{IP: rr.IP, ContainerID: rr.Sandbox.ID, PodUID: rr.Sandbox.PodUID}
 		if err := s.Kube.Event(ctx, rep.API, r, typ, reason, msg); err != nil {
 			log.Warn("could not post Event", "error", err)
 		}
 	}
-	prev := func(rr ReReserve) string {
+	prev := func(rr reclaim.ReReserve) string {
 		if rr.Prev == nil {
 			return ""
 		}
 		return rr.Prev.ContainerID
 	}
-	pod := func(sb CRISandbox) string { return sb.PodNamespace + "/" + sb.PodName }
+	pod := func(sb reclaim.CRISandbox) string { return sb.PodNamespace + "/" + sb.PodName }
 	for _, rr := range nr.ReReserve {
 		if !rr.Conflict {
 			continue

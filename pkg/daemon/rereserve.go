@@ -8,13 +8,14 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // sandboxUses asks CRI for the addresses of READY sandboxes that no record
 // (of any network) names, the only ones whose addresses the store may not
 // hold. A sandbox's addresses do not change while it lives, so each is asked
 // once (s.statusIPs); the cache keeps only sandboxes still listed READY.
-func (s *Sweeper) sandboxUses(ctx context.Context, view CRIView, sandboxes []CRISandbox, nets []*NetworkReport) []Use {
+func (s *Sweeper) sandboxUses(ctx context.Context, view reclaim.CRIView, sandboxes []reclaim.CRISandbox, nets []*NetworkReport) []reclaim.Use {
 	if !view.Complete {
 		return nil
 	}
@@ -31,9 +32,9 @@ func (s *Sweeper) sandboxUses(ctx context.Context, view CRIView, sandboxes []CRI
 		s.statusIPs = map[string][]netip.Addr{}
 	}
 	ready := make(map[string]bool, len(sandboxes))
-	var uses []Use
+	var uses []reclaim.Use
 	for _, sb := range sandboxes {
-		if sb.State != SandboxReady || named[sb.ID] {
+		if sb.State != reclaim.SandboxReady || named[sb.ID] {
 			continue
 		}
 		ready[sb.ID] = true
@@ -50,7 +51,7 @@ func (s *Sweeper) sandboxUses(ctx context.Context, view CRIView, sandboxes []CRI
 			s.statusIPs[sb.ID] = ips
 		}
 		for _, ip := range ips {
-			uses = append(uses, Use{Sandbox: sb, IP: ip})
+			uses = append(uses, reclaim.Use{Sandbox: sb, IP: ip})
 		}
 	}
 	for id := range s.statusIPs {
@@ -65,8 +66,8 @@ func (s *Sweeper) sandboxUses(ctx context.Context, view CRIView, sandboxes []CRI
 // same sweep (a reclaim must not free an address a READY sandbox uses). Under
 // the store's lock each address is looked at again: held by its user since,
 // or by an owner other than the one judged, it is left for the next sweep.
-func applyReReserves(tx *store.Tx, network string, sets []allocator.StoredRangeSet, rrs []ReReserve, now time.Time) ([]ReReserve, error) {
-	var done []ReReserve
+func applyReReserves(tx *store.Tx, network string, sets []allocator.StoredRangeSet, rrs []reclaim.ReReserve, now time.Time) ([]reclaim.ReReserve, error) {
+	var done []reclaim.ReReserve
 	for _, rr := range rrs {
 		if rr.Conflict {
 			continue
@@ -79,11 +80,11 @@ func applyReReserves(tx *store.Tx, network string, sets []allocator.StoredRangeS
 			continue
 		}
 		rec := &allocator.Record{
-			IP: rr.IP, ContainerID: rr.Sandbox.ID, IfName: ReReserveIfName, Network: network,
+			IP: rr.IP, ContainerID: rr.Sandbox.ID, IfName: reclaim.ReReserveIfName, Network: network,
 			PodNamespace: rr.Sandbox.PodNamespace, PodName: rr.Sandbox.PodName, PodUID: rr.Sandbox.PodUID,
 			State: allocator.StateCommitted, Source: "reconcile", Created: now, Committed: now,
 		}
-		rs, r, ok := RangeOf(sets, rr.IP)
+		rs, r, ok := reclaim.RangeOf(sets, rr.IP)
 		rec.RangeSet = rs
 		if ok {
 			rec.PrefixLen, rec.Gateway = r.Subnet.Bits(), r.Gateway
@@ -93,13 +94,13 @@ func applyReReserves(tx *store.Tx, network string, sets []allocator.StoredRangeS
 		}
 		why := "in use by a READY sandbox but not recorded"
 		switch {
-		case rr.Reason == ReReserveDamaged:
+		case rr.Reason == reclaim.ReReserveDamaged:
 			why = "in use by a READY sandbox; its record was damaged"
 		case rr.Prev != nil:
 			why = fmt.Sprintf("in use by a READY sandbox but recorded for sandbox %s (not READY)", rr.Prev.ContainerID)
 		}
 		if err := tx.Audit(allocator.AuditEvent{Time: now, Action: allocator.AuditReReserve, Reason: rr.Reason + ": " + why,
-			IP: rr.IP, ContainerID: rr.Sandbox.ID, IfName: ReReserveIfName, Pod: rec.PodRef(), By: allocator.ByDaemon}); err != nil {
+			IP: rr.IP, ContainerID: rr.Sandbox.ID, IfName: reclaim.ReReserveIfName, Pod: rec.PodRef(), By: allocator.ByDaemon}); err != nil {
 			return nil, err
 		}
 		done = append(done, rr)

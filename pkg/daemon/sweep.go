@@ -9,6 +9,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // Sweeper reconciles every store under the data dir with CRI. It keeps no store
@@ -91,12 +92,12 @@ func keyOf(r *allocator.Record) obsKey {
 type SweepReport struct {
 	Result string // SweepOK, SweepCRIError or SweepStoreError
 	DryRun bool
-	CRI    CRIView
+	CRI    reclaim.CRIView
 	// CRIReached: ListPodSandbox answered (even if implausibly).
 	CRIReached bool
-	API        APIView
+	API        reclaim.APIView
 	// Netns is the node-wide verdict on the netns proof (NetnsProof).
-	Netns NetnsProofStatus
+	Netns reclaim.NetnsProofStatus
 	// DataDir is what the sweep found at --data-dir.
 	DataDir  DataDirStatus
 	Networks []*NetworkReport
@@ -120,14 +121,14 @@ type NetworkReport struct {
 	// decided, from writing) the store.
 	Err           error
 	readErr       error // Err as the read left it
-	cands         []Candidate
-	netns         NetnsFacts
+	cands         []reclaim.Candidate
+	netns         reclaim.NetnsFacts
 	hostLocalGone bool // a record imported from host-local lost its file
 
 	// Decided.
-	Verdict NetworkVerdict
+	Verdict reclaim.NetworkVerdict
 	// ReReserve is what the CRI → store reconciliation found (Reconcile).
-	ReReserve []ReReserve
+	ReReserve []reclaim.ReReserve
 	rebuild   bool      // set the unreadable store aside and rebuild it
 	plan      storePlan // what act writes (empty in a dry run)
 
@@ -135,7 +136,7 @@ type NetworkReport struct {
 	Reclaimed  []ReclaimedRecord
 	Committed  int
 	Rebuilt    string // where the unreadable store was set aside, when rebuilt
-	ReReserved []ReReserve
+	ReReserved []reclaim.ReReserve
 	// HostLocalReleased lists the records imported from host-local whose
 	// reservation file was removed, released by this sweep.
 	HostLocalReleased []*allocator.Record
@@ -151,7 +152,7 @@ type NetworkReport struct {
 // the write lock, with the decision's reason.
 type ReclaimedRecord struct {
 	*allocator.Record
-	Reason Reason
+	Reason reclaim.Reason
 	Detail string
 }
 
@@ -285,5 +286,5 @@ func (s *Sweeper) maxInfoWrites() int {
 	if s.infoWrites > 0 {
 		return s.infoWrites
 	}
-	return MaxInfoWrites
+	return reclaim.MaxInfoWrites
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // What sweeps write to the store and its audit log, by the reclaim rules.
@@ -32,10 +33,10 @@ func TestSweepReclaimsLeaksAfterMisses(t *testing.T) {
 			if r == nil {
 				t.Fatalf("sweep %d: leak %s gone early", i+1, ip)
 			}
-			if r.Obs.Misses != i+1 || r.Obs.SandboxState != SandboxAbsent || !r.Obs.FirstMissed.Equal(t0) || r.Obs.Verdict != string(KeepAbsent) {
+			if r.Obs.Misses != i+1 || r.Obs.SandboxState != reclaim.SandboxAbsent || !r.Obs.FirstMissed.Equal(t0) || r.Obs.Verdict != string(reclaim.KeepAbsent) {
 				t.Fatalf("sweep %d: stored observation of %s = %+v, want %d misses since %v", i+1, ip, r.Obs, i+1, t0)
 			}
-			if !IsLeakCandidate(r.Obs) {
+			if !reclaim.IsLeakCandidate(r.Obs) {
 				t.Fatalf("sweep %d: stored observation of %s is not a leak candidate (hostlease-gc status)", i+1, ip)
 			}
 		}
@@ -50,7 +51,7 @@ func TestSweepReclaimsLeaksAfterMisses(t *testing.T) {
 	if len(recs) != 1 || recs[s.live.IP] == nil {
 		t.Fatalf("store after reclaim holds %v, want only the live %s", recs, s.live.IP)
 	}
-	if r := recs[s.live.IP]; r.State != allocator.StateCommitted || r.Obs.SandboxState != SandboxReady || r.Obs.Misses != 0 {
+	if r := recs[s.live.IP]; r.State != allocator.StateCommitted || r.Obs.SandboxState != reclaim.SandboxReady || r.Obs.Misses != 0 {
 		t.Fatalf("live record %+v, want committed and READY", r)
 	}
 
@@ -61,7 +62,7 @@ func TestSweepReclaimsLeaksAfterMisses(t *testing.T) {
 	byIP := map[netip.Addr]allocator.AuditEvent{}
 	for _, a := range audits {
 		byIP[a.IP] = a
-		if a.By != "hostlease-gc" || !strings.HasPrefix(a.Reason, string(ReclaimSandboxAbsent)+": ") || !a.Time.Equal(t0.Add(2*time.Minute)) || a.IfName != "eth0" {
+		if a.By != "hostlease-gc" || !strings.HasPrefix(a.Reason, string(reclaim.ReclaimSandboxAbsent)+": ") || !a.Time.Equal(t0.Add(2*time.Minute)) || a.IfName != "eth0" {
 			t.Errorf("audit entry %+v: want by hostlease-gc, reason sandbox_absent with detail, time of the sweep", a)
 		}
 	}
@@ -96,7 +97,7 @@ func TestSweepNetnsGone(t *testing.T) {
 	for i := range 10 { // every 15s for 2m15s: past --grace, well below --min-age
 		rep := e.sweepAt(start.Add(time.Duration(i) * 15 * time.Second))
 		for _, r := range e.net(rep).Reclaimed {
-			if r.IP != gone.IP || r.Reason != ReclaimNetnsGone {
+			if r.IP != gone.IP || r.Reason != reclaim.ReclaimNetnsGone {
 				t.Fatalf("sweep %d reclaimed %s (%s) for %s; only %s's netns is provably gone", i, r.IP, r.ContainerID, r.Reason, gone.IP)
 			}
 			reclaimedAt = append(reclaimedAt, i)
@@ -110,10 +111,10 @@ func TestSweepNetnsGone(t *testing.T) {
 	if recs[gone.IP] != nil || recs[inflight.IP] == nil || recs[outside.IP] == nil {
 		t.Fatalf("store after sweeps: %v", recs)
 	}
-	if v := recs[inflight.IP].Obs.Verdict; v != string(KeepInFlight) {
+	if v := recs[inflight.IP].Obs.Verdict; v != string(reclaim.KeepInFlight) {
 		t.Errorf("record with a present netns: verdict %q, want in_flight", v)
 	}
-	if a := e.reclaimAudits(); len(a) != 1 || !strings.HasPrefix(a[0].Reason, string(ReclaimNetnsGone)+": ") {
+	if a := e.reclaimAudits(); len(a) != 1 || !strings.HasPrefix(a[0].Reason, string(reclaim.ReclaimNetnsGone)+": ") {
 		t.Errorf("audit %+v, want one netns_gone reclaim", a)
 	}
 
@@ -136,7 +137,7 @@ func TestSweepVetoKeepsAddressAPodShows(t *testing.T) {
 		}
 	}
 	r := e.records()[leak.IP]
-	if r == nil || r.Obs.Verdict != string(KeepVetoed) {
+	if r == nil || r.Obs.Verdict != string(reclaim.KeepVetoed) {
 		t.Fatalf("vetoed record %+v, want kept with verdict vetoed", r)
 	}
 	if len(e.reclaimAudits()) != 0 {
@@ -160,7 +161,7 @@ func TestSweepAPIUnavailableReclaimsNothing(t *testing.T) {
 			t.Fatalf("sweep %d reclaimed while the API server could not be read", i)
 		}
 	}
-	if r := e.records()[leak.IP]; r == nil || r.Obs.Verdict != string(KeepAPIUnavailable) {
+	if r := e.records()[leak.IP]; r == nil || r.Obs.Verdict != string(reclaim.KeepAPIUnavailable) {
 		t.Fatalf("record %+v, want kept with verdict api_unavailable", r)
 	}
 	// Without an API server at all (--no-api) the same leak is reclaimed.
@@ -180,7 +181,7 @@ func TestSweepCRIFailureReclaimsNothing(t *testing.T) {
 			t.Fatalf("CRI down: result %s complete %v reclaimed %d", rep.Result, rep.CRI.Complete, len(e.net(rep).Reclaimed))
 		}
 	}
-	if r := e.records()[s.leak.IP]; r == nil || r.Obs.Misses != 2 || r.Obs.Verdict != string(KeepCRIUnavailable) {
+	if r := e.records()[s.leak.IP]; r == nil || r.Obs.Misses != 2 || r.Obs.Verdict != string(reclaim.KeepCRIUnavailable) {
 		t.Fatalf("leak during a CRI outage: %+v, want kept with its 2 misses", r)
 	}
 
@@ -193,7 +194,7 @@ func TestSweepCRIFailureReclaimsNothing(t *testing.T) {
 		t.Fatalf("empty CRI list: result %s reclaimed %d", rep.Result, len(e.net(rep).Reclaimed))
 	}
 
-	e.cri.set("sb-live", SandboxReady, s.live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, s.live.IP)
 	rep = e.sweepAt(t0.Add(11 * time.Minute))
 	if rep.Result != SweepOK || len(e.net(rep).Reclaimed) != 1 || e.net(rep).Reclaimed[0].IP != s.leak.IP {
 		t.Fatalf("first good sweep after the outage: result %s reclaimed %v, want the leak", rep.Result, e.net(rep).Reclaimed)
@@ -214,7 +215,7 @@ func TestSweepDryRunChangesNothing(t *testing.T) {
 			t.Fatalf("dry-run sweep %d reclaimed %d, committed %d", i, len(nr.Reclaimed), nr.Committed)
 		}
 		for _, d := range nr.Verdict.Decisions {
-			if d.Record.IP == s.leak.IP && d.Action == Reclaim {
+			if d.Record.IP == s.leak.IP && d.Action == reclaim.Reclaim {
 				wouldAt = append(wouldAt, i)
 			}
 		}
@@ -247,7 +248,7 @@ func TestSweepMassReclaimGuard(t *testing.T) {
 	if !nr.Verdict.Guarded || nr.Verdict.WouldReclaim != 4 || nr.Verdict.GuardLimit != 3 || len(e.records()) != 10 {
 		t.Fatalf("guard: %+v, %d records left", nr.Verdict, len(e.records()))
 	}
-	if r := e.records()[leaks[0].IP]; r.Obs.Verdict != string(KeepGuarded) {
+	if r := e.records()[leaks[0].IP]; r.Obs.Verdict != string(reclaim.KeepGuarded) {
 		t.Errorf("guarded record verdict %q", r.Obs.Verdict)
 	}
 	// One leak is released by hand; three are within the limit.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // Every audit entry names who acted: a sweep's release of an imported
@@ -18,10 +19,10 @@ func TestSweepHostLocalReleaseAuditedAsDaemon(t *testing.T) {
 	e := newSweepEnv(t)
 	hl := writeHostLocal(t, e, "10.1.0.50", "10.1.0.51")
 	for _, f := range []string{"10.1.0.50", "10.1.0.51"} {
-		e.cri.set("ctr-"+f, SandboxReady, addr(f))
+		e.cri.set("ctr-"+f, reclaim.SandboxReady, addr(f))
 	}
 	live := e.alloc("sb-live", t0.Add(-time.Hour)) // creates the store
-	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
 	e.update(func(tx *store.Tx) error {
 		_, err := allocator.ImportHostLocal(tx, hl, testNet, testRanges, t0.Add(-time.Hour))
 		return err
@@ -56,7 +57,7 @@ func TestSweepHostLocalReleaseAuditedAsDaemon(t *testing.T) {
 func TestRebuildKeepsTheExportMark(t *testing.T) {
 	e := newSweepEnv(t)
 	r := e.alloc("sb-1", t0.Add(-time.Hour))
-	e.cri.set("sb-1", SandboxReady, r.IP)
+	e.cri.set("sb-1", reclaim.SandboxReady, r.IP)
 	exported := allocator.HostLocalExport{At: t0.Add(-time.Minute), Seen: allocator.DirStamp{Dev: 1, Ino: 2, Ctime: 3}}
 	e.update(func(tx *store.Tx) error { return tx.SetHostLocalExport(exported) })
 	list, err := e.cri.ListSandboxes(context.Background())

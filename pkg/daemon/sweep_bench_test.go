@@ -16,6 +16,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // sweepBenchRecords is the size of the benchmarked store: the target
@@ -62,7 +63,7 @@ func newSweepBench(b *testing.B) *sweepBench {
 				Netns: filepath.Join(sb.netnsDir, "cni-"+id[48:]), State: allocator.StateCommitted, Source: "add",
 				Created: sb.now.Add(-time.Minute), Committed: sb.now.Add(-time.Minute)}
 			if i%2 == 0 {
-				sb.cri.set(id, SandboxReady, ip)
+				sb.cri.set(id, reclaim.SandboxReady, ip)
 				if err := os.WriteFile(r.Netns, nil, 0o644); err != nil {
 					return err
 				}
@@ -116,7 +117,7 @@ func BenchmarkSweep10k(b *testing.B) {
 	// until it is capped), the first few store the listed records' first
 	// observation (MaxInfoWrites a sweep), and the first fills the decode
 	// cache. From then on a sweep writes nothing.
-	for range max(s.Opts.Misses, (sweepBenchRecords/2+MaxInfoWrites-1)/MaxInfoWrites) + 1 {
+	for range max(s.Opts.Misses, (sweepBenchRecords/2+reclaim.MaxInfoWrites-1)/reclaim.MaxInfoWrites) + 1 {
 		sb.sweep(b, s)
 	}
 	path := store.FilePath(sb.dir, "bench")
@@ -175,16 +176,16 @@ func BenchmarkSweep10kCold(b *testing.B) {
 	err = st.View(func(tx *store.Tx) error {
 		return tx.ForEach(func(r *allocator.Record) error {
 			switch {
-			case r.Obs.Misses == 1 && r.Obs.SandboxState == SandboxAbsent:
+			case r.Obs.Misses == 1 && r.Obs.SandboxState == reclaim.SandboxAbsent:
 				missed++
-			case r.Obs.SandboxState == SandboxReady:
+			case r.Obs.SandboxState == reclaim.SandboxReady:
 				ready++
 			}
 			return nil
 		})
 	})
 	st.Close()
-	if want := min(sweepBenchRecords/2, MaxInfoWrites); err != nil || missed != sweepBenchRecords/2 || ready != want {
+	if want := min(sweepBenchRecords/2, reclaim.MaxInfoWrites); err != nil || missed != sweepBenchRecords/2 || ready != want {
 		b.Fatalf("after the first sweep %d records carry their first miss and %d their READY observation, want %d and %d (%v)",
 			missed, ready, sweepBenchRecords/2, want, err)
 	}
@@ -209,7 +210,7 @@ func BenchmarkSweep10kCold(b *testing.B) {
 func BenchmarkSweep10kReadLock(b *testing.B) {
 	sb := newSweepBench(b)
 	s := sb.sweeper()
-	for range max(s.Opts.Misses, (sweepBenchRecords/2+MaxInfoWrites-1)/MaxInfoWrites) + 1 {
+	for range max(s.Opts.Misses, (sweepBenchRecords/2+reclaim.MaxInfoWrites-1)/reclaim.MaxInfoWrites) + 1 {
 		sb.sweep(b, s)
 	}
 	path := store.FilePath(sb.dir, "bench")

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 const testNet = "podnet"
@@ -241,7 +242,7 @@ func (e *sweepEnv) metric(name string, pairs ...any) float64 {
 }
 
 // reclaims is hostlease_reclaims_total{network=testNet, reason}.
-func (e *sweepEnv) reclaims(reason Reason) float64 {
+func (e *sweepEnv) reclaims(reason reclaim.Reason) float64 {
 	e.t.Helper()
 	return e.metric("hostlease_reclaims_total", "network", testNet, "reason", reason)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	bolt "go.etcd.io/bbolt"
@@ -30,7 +31,7 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 	created := t0.Add(-time.Hour)
 	for _, id := range []string{"a", "b", "c"} {
 		r := e.alloc(id, created)
-		e.cri.set(id, SandboxReady, r.IP)
+		e.cri.set(id, reclaim.SandboxReady, r.IP)
 	}
 	failADD := func(at time.Time) {
 		t.Helper()
@@ -82,7 +83,7 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 	}
 	e.sweepAt(t0.Add(6 * time.Minute))
 	e.sweepAt(t0.Add(7 * time.Minute))
-	if lc, free, rec := e.metric("hostlease_leak_candidates", "network", testNet), e.metric("hostlease_pool_free_addresses", "network", testNet, "range_set", "0"), e.reclaims(ReclaimSandboxAbsent); lc != 0 || free != 1 || rec != 1 {
+	if lc, free, rec := e.metric("hostlease_leak_candidates", "network", testNet), e.metric("hostlease_pool_free_addresses", "network", testNet, "range_set", "0"), e.reclaims(reclaim.ReclaimSandboxAbsent); lc != 0 || free != 1 || rec != 1 {
 		t.Fatalf("after the reclaim: leak candidates %v free %v reclaims %v, want 0 1 1", lc, free, rec)
 	}
 	if c := e.metric("hostlease_allocations", "network", testNet, "state", StateCommitted); c != 2 {
@@ -180,7 +181,7 @@ hostlease_sweeps_total{result="store_error"} 1
 func TestSweepForgetsRemovedNetwork(t *testing.T) {
 	e := newSweepEnv(t)
 	r := e.alloc("sb-a", t0.Add(-time.Hour))
-	e.cri.set("sb-a", SandboxReady, r.IP)
+	e.cri.set("sb-a", reclaim.SandboxReady, r.IP)
 	other := store.FilePath(e.dir, "gone")
 	st, err := store.Open(other, store.OpenOptions{Create: true})
 	if err != nil {
@@ -237,10 +238,10 @@ func TestSweepGaugesCreditHostLocalReleasesOfTheSweep(t *testing.T) {
 	e := newSweepEnv(t)
 	hl := writeHostLocal(t, e, "10.1.0.50", "10.1.0.51")
 	for _, f := range []string{"10.1.0.50", "10.1.0.51"} {
-		e.cri.set("ctr-"+f, SandboxReady, addr(f))
+		e.cri.set("ctr-"+f, reclaim.SandboxReady, addr(f))
 	}
 	live := e.alloc("sb-live", t0.Add(-time.Hour)) // creates the store
-	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
 	e.update(func(tx *store.Tx) error {
 		_, err := allocator.ImportHostLocal(tx, hl, testNet, testRanges, t0.Add(-time.Hour))
 		return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // touchNetns creates a netns file under the env's --netns-dir.
@@ -30,7 +31,7 @@ func (e *sweepEnv) touchNetns(name string) string {
 func TestSweepProofNetnsGoneAtOnce(t *testing.T) {
 	e := newSweepEnv(t, func(o *Options) { o.NetnsGrace = 0 })
 	live := e.allocNetns("sb-live", t0.Add(-time.Hour), e.touchNetns("cni-live"))
-	e.cri.set("sb-live", SandboxReady, live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
 	young := t0.Add(-time.Second)
 	gone := e.allocNetns("sb-gone", young, filepath.Join(e.netns, "cni-gone"))
 	noNetns := e.alloc("sb-nonetns", young)
@@ -39,14 +40,14 @@ func TestSweepProofNetnsGoneAtOnce(t *testing.T) {
 	if len(nr.Reclaimed) != 1 || nr.Reclaimed[0].IP != gone.IP {
 		t.Fatalf("first sweep reclaimed %v, want only %s", nr.Reclaimed, gone.IP)
 	}
-	if d := nr.Reclaimed[0]; d.Reason != ReclaimNetnsGone || !strings.Contains(d.Detail, "proof of death") {
+	if d := nr.Reclaimed[0]; d.Reason != reclaim.ReclaimNetnsGone || !strings.Contains(d.Detail, "proof of death") {
 		t.Fatalf("decision %+v", d)
 	}
 	recs := e.records()
 	if recs[live.IP] == nil || recs[noNetns.IP] == nil || recs[gone.IP] != nil {
 		t.Fatalf("store: %v", recs)
 	}
-	if got := e.reclaims(ReclaimNetnsGone); got != 1 {
+	if got := e.reclaims(reclaim.ReclaimNetnsGone); got != 1 {
 		t.Fatalf("reclaims{netns_gone} = %v", got)
 	}
 	if got := recs[noNetns.IP].Obs.Verdict; got != "absent" {
@@ -66,7 +67,7 @@ func TestSweepNetnsDirNotTrusted(t *testing.T) {
 		{"a READY sandbox's netns is missing", func(e *sweepEnv) {
 			e.touchNetns("cni-unrelated")
 			live := e.allocNetns("sb-live", t0.Add(-time.Hour), filepath.Join(e.netns, "cni-live"))
-			e.cri.set("sb-live", SandboxReady, live.IP)
+			e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
 		}},
 	}
 	for _, tc := range cases {
@@ -107,7 +108,7 @@ func TestSweepRebootReclaimsStaleAtOnce(t *testing.T) {
 			for i := range 3 {
 				id := fmt.Sprintf("new-%d", i)
 				r := e.alloc(id, boot.Add(time.Minute))
-				e.cri.set(id, SandboxReady, r.IP)
+				e.cri.set(id, reclaim.SandboxReady, r.IP)
 				live = append(live, r)
 			}
 			nr := e.net(e.sweepAt(t0))
@@ -129,7 +130,7 @@ func TestSweepRebootReclaimsStaleAtOnce(t *testing.T) {
 			if len(recs) != len(live) {
 				t.Fatalf("%d records left, want %d", len(recs), len(live))
 			}
-			if got := e.reclaims(ReclaimPredatesBoot); got != float64(len(stale)) {
+			if got := e.reclaims(reclaim.ReclaimPredatesBoot); got != float64(len(stale)) {
 				t.Fatalf("reclaims{predates_boot} = %v", got)
 			}
 		})
@@ -188,7 +189,7 @@ func TestSweepWrongSocketReclaimsNothing(t *testing.T) {
 		id := fmt.Sprintf("pod-%d", i)
 		e.allocNetns(id, t0.Add(-time.Hour), e.touchNetns("cni-"+id))
 	}
-	e.cri.set("someone-elses", SandboxReady, netip.MustParseAddr("192.168.9.9"))
+	e.cri.set("someone-elses", reclaim.SandboxReady, netip.MustParseAddr("192.168.9.9"))
 	for i := range 6 {
 		nr := e.net(e.sweepAt(t0.Add(time.Duration(i) * 10 * time.Minute)))
 		if len(nr.Reclaimed) != 0 {
@@ -246,7 +247,7 @@ func TestSweepNamesLongNetworkByItsStore(t *testing.T) {
 func TestSweepNoRebuildFromEmptyAnswer(t *testing.T) {
 	e := newSweepEnv(t)
 	a := e.alloc("sb-a", t0.Add(-time.Hour))
-	e.cri.set("sb-a", SandboxReady, a.IP)
+	e.cri.set("sb-a", reclaim.SandboxReady, a.IP)
 	e.sweepAt(t0) // commits sb-a's record
 	e.sweepAt(t0.Add(time.Second))
 	if err := os.Truncate(e.path, 0); err != nil {
@@ -257,7 +258,7 @@ func TestSweepNoRebuildFromEmptyAnswer(t *testing.T) {
 	if nr := e.net(rep); rep.CRI.Complete || nr.Rebuilt != "" {
 		t.Fatalf("rebuilt from an empty answer: complete %v rebuilt %q", rep.CRI.Complete, nr.Rebuilt)
 	}
-	e.cri.set("sb-a", SandboxReady, a.IP)
+	e.cri.set("sb-a", reclaim.SandboxReady, a.IP)
 	if nr := e.net(e.sweepAt(t0.Add(2 * time.Minute))); nr.Rebuilt == "" {
 		t.Fatalf("not rebuilt once the runtime listed its sandbox: %v", nr.Err)
 	}
@@ -328,7 +329,7 @@ func TestSweepNetnsWitness(t *testing.T) {
 			}
 			nr := e.net(e.sweepAt(t0))
 			if tc.proven {
-				if len(nr.Reclaimed) != 1 || nr.Reclaimed[0].Reason != ReclaimNetnsGone {
+				if len(nr.Reclaimed) != 1 || nr.Reclaimed[0].Reason != reclaim.ReclaimNetnsGone {
 					t.Fatalf("reclaimed %+v, want %s as netns_gone", nr.Reclaimed, recs[0].IP)
 				}
 				return
@@ -337,7 +338,7 @@ func TestSweepNetnsWitness(t *testing.T) {
 				t.Fatalf("reclaimed %+v without positive evidence", nr.Reclaimed)
 			}
 			d := nr.Verdict.Decisions[0]
-			if d.Action != Keep || !strings.Contains(d.Detail, "netns proof unavailable: ") || !strings.Contains(d.Detail, tc.doubt) {
+			if d.Action != reclaim.Keep || !strings.Contains(d.Detail, "netns proof unavailable: ") || !strings.Contains(d.Detail, tc.doubt) {
 				t.Fatalf("decision %v %s %q; want keep, saying the netns proof is unavailable (%s)", d.Action, d.Reason, d.Detail, tc.doubt)
 			}
 			if got := e.metric("hostlease_netns_unverified_records", "network", testNet); got != 1 {
@@ -395,7 +396,7 @@ func TestSweepNetnsProofLoggedOncePerNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.Close()
-		e.cri.set(live, SandboxReady, liveIP)
+		e.cri.set(live, reclaim.SandboxReady, liveIP)
 		if err := os.Remove(goneNetns); err != nil {
 			t.Fatal(err)
 		}
@@ -411,7 +412,7 @@ func TestSweepNetnsProofLoggedOncePerNode(t *testing.T) {
 				t.Fatalf("sweep %d reclaimed %+v on %s behind a wrong --netns-dir", i, nr.Reclaimed, nr.Network)
 			}
 		}
-		if rep.Netns.Verified || rep.Netns.State != NetnsProofOtherDir {
+		if rep.Netns.Verified || rep.Netns.State != reclaim.NetnsProofOtherDir {
 			t.Fatalf("sweep %d: netns proof %+v, want other_dir", i, rep.Netns)
 		}
 	}
@@ -430,7 +431,7 @@ func TestSweepNetnsProofLoggedOncePerNode(t *testing.T) {
 	reclaimed := 0
 	for _, nr := range rep.Networks {
 		for _, r := range nr.Reclaimed {
-			if r.Reason != ReclaimNetnsGone || !strings.HasPrefix(r.ContainerID, "gone-") {
+			if r.Reason != reclaim.ReclaimNetnsGone || !strings.HasPrefix(r.ContainerID, "gone-") {
 				t.Fatalf("%s: reclaimed %s for %s", nr.Network, r.ContainerID, r.Reason)
 			}
 			reclaimed++

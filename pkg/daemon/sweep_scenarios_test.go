@@ -15,6 +15,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // The scenarios below are set up once here and run by two tests each: one
@@ -35,7 +36,7 @@ func newLeaks(t *testing.T) *leaks {
 	e := newSweepEnv(t, func(o *Options) { o.MaxReclaimFraction = 1 }) // 2 of 3 records leak
 	created := t0.Add(-time.Hour)
 	s := &leaks{e: e, live: e.alloc("sb-live", created), leakPod: e.alloc("web-0", created), leakGone: e.alloc("job-1", created)}
-	e.cri.set("sb-live", SandboxReady, s.live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, s.live.IP)
 	e.addPod("web-0", "uid-web-0", corev1.PodPending) // retrying: no address yet
 	return s
 }
@@ -60,7 +61,7 @@ type criOutage struct {
 func newCRIOutage(t *testing.T) *criOutage {
 	e := newSweepEnv(t)
 	s := &criOutage{e: e, leak: e.alloc("job-1", t0.Add(-time.Hour)), live: e.alloc("sb-live", t0.Add(-time.Hour))}
-	e.cri.set("sb-live", SandboxReady, s.live.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, s.live.IP)
 	e.sweepAt(t0)
 	e.sweepAt(t0.Add(time.Minute)) // two misses so far
 	return s
@@ -73,9 +74,9 @@ func newPendingRecords(t *testing.T) (e *sweepEnv, ready, other, notReady *alloc
 	e = newSweepEnv(t)
 	at := t0.Add(-time.Minute)
 	ready, other, notReady = e.alloc("sb-ready", at), e.alloc("sb-other", at), e.alloc("sb-notready", at)
-	e.cri.set("sb-ready", SandboxReady, addr("10.9.9.9"), ready.IP)
-	e.cri.set("sb-other", SandboxReady, addr("10.9.9.10"))
-	e.cri.set("sb-notready", SandboxNotReady, notReady.IP)
+	e.cri.set("sb-ready", reclaim.SandboxReady, addr("10.9.9.9"), ready.IP)
+	e.cri.set("sb-other", reclaim.SandboxReady, addr("10.9.9.10"))
+	e.cri.set("sb-notready", reclaim.SandboxNotReady, notReady.IP)
 	return e, ready, other, notReady
 }
 
@@ -91,7 +92,7 @@ func newDryRun(t *testing.T) *dryRun {
 	e := newSweepEnv(t, func(o *Options) { o.DryRun = true })
 	created := t0.Add(-time.Hour)
 	s := &dryRun{e: e, leak: e.alloc("job-1", created), pend: e.alloc("sb-ready", created), badPath: store.FilePath(e.dir, "broken")}
-	e.cri.set("sb-ready", SandboxReady, s.pend.IP)
+	e.cri.set("sb-ready", reclaim.SandboxReady, s.pend.IP)
 	if err := os.WriteFile(s.badPath, bytes.Repeat([]byte("garbage!"), 2048), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func newGuarded(t *testing.T) (*sweepEnv, []*allocator.Record) {
 	e := newSweepEnv(t, func(o *Options) { o.MaxReclaimFraction = 0.35 })
 	for i := range 6 {
 		id := fmt.Sprintf("live-%d", i)
-		e.cri.set(id, SandboxReady, e.alloc(id, t0.Add(-time.Hour)).IP)
+		e.cri.set(id, reclaim.SandboxReady, e.alloc(id, t0.Add(-time.Hour)).IP)
 	}
 	var leaks []*allocator.Record
 	for i := range 4 {
@@ -121,7 +122,7 @@ func reallocated(t *testing.T, newID string) (*sweepEnv, *SweepReport, *allocato
 	// Due at the next sweep: two misses over five minutes already.
 	e.update(func(tx *store.Tx) error {
 		r, _ := tx.Get(old.IP)
-		r.Obs = allocator.Observation{Misses: 2, FirstMissed: t0.Add(-5 * time.Minute), SandboxState: SandboxAbsent}
+		r.Obs = allocator.Observation{Misses: 2, FirstMissed: t0.Add(-5 * time.Minute), SandboxState: reclaim.SandboxAbsent}
 		return tx.Put(r)
 	})
 	e.cri.setOnList(func() {
@@ -148,7 +149,7 @@ func newNameReuse(t *testing.T) (e *sweepEnv, old, replacement *allocator.Record
 	e = newSweepEnv(t)
 	old = e.alloc("web-0", t0.Add(-time.Hour)) // pod default/web-0, uid-web-0
 	replacement = e.alloc("web-0-new", t0.Add(-10*time.Minute))
-	e.cri.set("web-0-new", SandboxReady, replacement.IP)
+	e.cri.set("web-0-new", reclaim.SandboxReady, replacement.IP)
 	e.addPod("web-0", "uid-web-0-replacement", corev1.PodRunning, replacement.IP)
 	return e, old, replacement
 }
@@ -169,11 +170,11 @@ func (e *sweepEnv) failPodLists() {
 func newUsedAddresses(t *testing.T) (e *sweepEnv, ghostIP, stolenIP, conflictIP netip.Addr) {
 	e = newSweepEnv(t)
 	ghostIP, stolenIP, conflictIP = addr("10.1.0.10"), addr("10.1.0.11"), addr("10.1.0.12")
-	e.cri.set("sb-ghost", SandboxReady, ghostIP) // uses an address nobody recorded
+	e.cri.set("sb-ghost", reclaim.SandboxReady, ghostIP) // uses an address nobody recorded
 	dead := e.alloc("sb-dead", t0.Add(-time.Hour), stolenIP)
-	e.cri.set("sb-thief", SandboxReady, dead.IP) // uses what a dead sandbox's record holds
+	e.cri.set("sb-thief", reclaim.SandboxReady, dead.IP) // uses what a dead sandbox's record holds
 	holder := e.alloc("sb-holder", t0.Add(-time.Hour), conflictIP)
-	e.cri.set("sb-holder", SandboxReady, holder.IP)
-	e.cri.set("sb-twin", SandboxReady, conflictIP) // claims what a READY sandbox holds
+	e.cri.set("sb-holder", reclaim.SandboxReady, holder.IP)
+	e.cri.set("sb-twin", reclaim.SandboxReady, conflictIP) // claims what a READY sandbox holds
 	return e, ghostIP, stolenIP, conflictIP
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // How sweeps write: only what changed, only to the allocation they judged,
@@ -24,7 +25,7 @@ func TestSweepRecordCommittedDuringCRIList(t *testing.T) {
 			// The most eager policy: one miss, no grace, no minimum age.
 			e := newSweepEnv(t, func(o *Options) { o.Misses, o.Grace, o.MinAge = 1, 0, 0 })
 			live := e.alloc("sb-live", t0.Add(-time.Hour))
-			e.cri.set("sb-live", SandboxReady, live.IP)
+			e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
 			e.sweepAt(t0)
 			id := "sb-racing"
 			var rec *allocator.Record
@@ -33,7 +34,7 @@ func TestSweepRecordCommittedDuringCRIList(t *testing.T) {
 				// and commits while CRI answers.
 				rec = e.alloc(id, e.now.Add(-time.Second))
 				if listed {
-					e.cri.set(id, SandboxReady, rec.IP)
+					e.cri.set(id, reclaim.SandboxReady, rec.IP)
 				}
 			})
 			rep := e.sweepAt(e.now.Add(time.Minute))
@@ -59,13 +60,13 @@ func TestSweepLeavesReallocatedAddress(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, rep, old := reallocated(t, tc.newID)
 			nr := e.net(rep)
-			var d Decision
+			var d reclaim.Decision
 			for _, x := range nr.Verdict.Decisions {
 				if x.Record.IP == old.IP {
 					d = x
 				}
 			}
-			if d.Action != Reclaim {
+			if d.Action != reclaim.Reclaim {
 				t.Fatalf("precondition: the snapshot's record should be due (got %v %q)", d.Action, d.Reason)
 			}
 			if len(nr.Reclaimed) != 0 || nr.Err != nil {
@@ -93,13 +94,13 @@ func TestSweepCommitsPendingRecords(t *testing.T) {
 		t.Fatalf("sweep committed %d, want 1", got)
 	}
 	recs := e.records()
-	if r := recs[ready.IP]; r.State != allocator.StateCommitted || !r.Committed.Equal(now) || r.Obs.SandboxState != SandboxReady {
+	if r := recs[ready.IP]; r.State != allocator.StateCommitted || !r.Committed.Equal(now) || r.Obs.SandboxState != reclaim.SandboxReady {
 		t.Fatalf("READY sandbox with the address: %+v, want committed at %v", r, now)
 	}
 	if r := recs[other.IP]; r.State != allocator.StatePending {
 		t.Fatalf("READY sandbox without the address: state %s, want pending", r.State)
 	}
-	if r := recs[notReady.IP]; r.State != allocator.StatePending || r.Obs.SandboxState != SandboxNotReady || r.Obs.Verdict != string(KeepStale) {
+	if r := recs[notReady.IP]; r.State != allocator.StatePending || r.Obs.SandboxState != reclaim.SandboxNotReady || r.Obs.Verdict != string(reclaim.KeepStale) {
 		t.Fatalf("NOTREADY sandbox: %+v, want pending and stale", r)
 	}
 	// A committed record needs no status call on later sweeps.
@@ -122,9 +123,9 @@ func TestSweepThatChangesNothingWritesNothing(t *testing.T) {
 	e.alloc("sb-otherip", created)
 	e.alloc("sb-notready", created)
 	e.alloc("sb-absent", created) // too young to reclaim for the whole test
-	e.cri.set("sb-live", SandboxReady, live.IP)
-	e.cri.set("sb-otherip", SandboxReady, addr("10.9.9.9"))
-	e.cri.set("sb-notready", SandboxNotReady)
+	e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
+	e.cri.set("sb-otherip", reclaim.SandboxReady, addr("10.9.9.9"))
+	e.cri.set("sb-notready", reclaim.SandboxNotReady)
 	// --misses sweeps: the absent record's miss count grows to its cap.
 	for i := range e.s.Opts.Misses {
 		e.sweepAt(t0.Add(time.Duration(i) * time.Second))
@@ -167,13 +168,13 @@ func TestSweepBoundsInformationalWrites(t *testing.T) {
 	for i := range 5 {
 		id := fmt.Sprintf("sb-%d", i)
 		listed = append(listed, e.alloc(id, created))
-		e.cri.set(id, SandboxReady, addr("10.9.9.9")) // READY with another address: stays pending
+		e.cri.set(id, reclaim.SandboxReady, addr("10.9.9.9")) // READY with another address: stays pending
 	}
 	absent := e.alloc("sb-absent", created)
 	countReady := func() int {
 		n := 0
 		for _, r := range e.records() {
-			if r.Obs.SandboxState == SandboxReady && r.Obs.Verdict == "live" {
+			if r.Obs.SandboxState == reclaim.SandboxReady && r.Obs.Verdict == "live" {
 				n++
 			}
 		}
@@ -182,20 +183,20 @@ func TestSweepBoundsInformationalWrites(t *testing.T) {
 	for i, want := range []int{2, 4, 5, 5} {
 		rep := e.sweepAt(t0.Add(time.Duration(i) * time.Second))
 		for _, d := range e.net(rep).Verdict.Decisions {
-			if d.Record.IP != absent.IP && (d.Reason != "live" || d.Obs.SandboxState != SandboxReady) {
+			if d.Record.IP != absent.IP && (d.Reason != "live" || d.Obs.SandboxState != reclaim.SandboxReady) {
 				t.Fatalf("sweep %d decided %s: %q %+v, want live and READY", i+1, d.Record.IP, d.Reason, d.Obs)
 			}
 		}
 		if got := countReady(); got != want {
 			t.Fatalf("after sweep %d, %d records store READY/live, want %d", i+1, got, want)
 		}
-		if r := e.records()[absent.IP]; r.Obs.Misses != min(i+1, e.s.Opts.Misses) || r.Obs.SandboxState != SandboxAbsent {
+		if r := e.records()[absent.IP]; r.Obs.Misses != min(i+1, e.s.Opts.Misses) || r.Obs.SandboxState != reclaim.SandboxAbsent {
 			t.Fatalf("sweep %d: absent record stored %+v, want miss %d (the policy's fields are never held back)", i+1, r.Obs, min(i+1, e.s.Opts.Misses))
 		}
 	}
 	if snap, err := ReadSnapshot(e.path); err != nil || len(snap.Records) != 6 {
 		t.Fatalf("ReadSnapshot: %v", err)
-	} else if r := snap.Records[0]; r.IP != listed[0].IP || r.Obs.SandboxState != SandboxReady {
+	} else if r := snap.Records[0]; r.IP != listed[0].IP || r.Obs.SandboxState != reclaim.SandboxReady {
 		t.Fatalf("ReadSnapshot (hostlease-gc list) shows %+v", r)
 	}
 }
@@ -210,17 +211,17 @@ func TestSweepCacheDecidesAsANewDaemon(t *testing.T) {
 	e.alloc("sb-notready", created)
 	e.alloc("sb-gone", created)
 	young := e.alloc("sb-young", t0)
-	e.cri.set("sb-live", SandboxReady, live.IP)
-	e.cri.set("sb-pending", SandboxReady, pend.IP)
-	e.cri.set("sb-notready", SandboxNotReady)
-	e.cri.set("sb-young", SandboxReady, young.IP)
+	e.cri.set("sb-live", reclaim.SandboxReady, live.IP)
+	e.cri.set("sb-pending", reclaim.SandboxReady, pend.IP)
+	e.cri.set("sb-notready", reclaim.SandboxNotReady)
+	e.cri.set("sb-young", reclaim.SandboxReady, young.IP)
 	for i := range 8 {
 		at := t0.Add(time.Duration(i) * time.Minute)
 		switch i {
 		case 2:
 			e.cri.remove("sb-young") // goes absent
 		case 4:
-			e.cri.set("sb-young", SandboxReady, young.IP) // back again
+			e.cri.set("sb-young", reclaim.SandboxReady, young.IP) // back again
 			// and a plugin touches a record
 			e.update(func(tx *store.Tx) error {
 				r, _ := tx.Get(live.IP)

@@ -14,6 +14,7 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	gcdaemon "github.com/hostlease/hostlease/pkg/daemon"
+	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
 // These tests use the node's real netns directory: the plugin is given real
@@ -189,8 +190,8 @@ func TestEmptyNetnsDirProvesNothing(t *testing.T) {
 		t.Errorf("hostlease_netns_unverified_records %v, want 1 (the in-flight ADD)", v)
 	}
 	warned := d.logs.entries("netns proof unavailable: --netns-dir is not verified as the runtime's; absent sandboxes wait for the rules without proof (--misses, --grace, --min-age, API veto, guard)")
-	if len(warned) != 1 || warned[0]["state"] != gcdaemon.NetnsProofOtherDir {
-		t.Errorf("log: %d netns proof warnings over 3+ sweeps (%v), want one, state %s", len(warned), warned, gcdaemon.NetnsProofOtherDir)
+	if len(warned) != 1 || warned[0]["state"] != reclaim.NetnsProofOtherDir {
+		t.Errorf("log: %d netns proof warnings over 3+ sweeps (%v), want one, state %s", len(warned), warned, reclaim.NetnsProofOtherDir)
 	}
 
 	// `leaks` in the same view says why the netns proves nothing.
