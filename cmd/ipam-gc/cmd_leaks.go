@@ -131,7 +131,7 @@ func leakRows(rep *daemon.SweepReport, all bool, stderr io.Writer) (rows []daemo
 				continue
 			}
 			verdict := "keep"
-			if d.Action == reclaim.Reclaim {
+			if d.Action == reclaim.Release {
 				verdict = "reclaim"
 			}
 			r := d.Record

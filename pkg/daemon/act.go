@@ -71,13 +71,13 @@ func (s *Sweeper) act(rep *SweepReport, nr *NetworkReport, now time.Time) {
 // snapshot, and that new allocation must not be touched. A reclaim is a
 // release with its audit entry (allocator.ReleaseRecord).
 //
-// New values are encoded before the store is opened (planWrites); under the
+// New values are encoded before the store is opened (prepareWrites); under the
 // exclusive lock a record still holding the bytes the snapshot saw is simply
 // replaced (equal bytes prove it is the same allocation, unchanged), and only
 // a record that changed since is decoded and checked again.
 func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
 	plan := &nr.plan
-	if plan.empty() {
+	if plan.Empty() {
 		// Nothing to store: no write transaction, so no exclusive lock and no
 		// fdatasyncs (an empty bbolt commit still writes its meta page) that
 		// plugin calls would wait behind.
@@ -119,7 +119,7 @@ type applied struct {
 func (s *Sweeper) applyPlan(tx *store.Tx, nr *NetworkReport, now time.Time, done *applied) error {
 	plan := &nr.plan
 	var err error
-	if plan.repairIndexes {
+	if plan.RepairIndexes {
 		// Records are the truth: the indexes are rebuilt from them first
 		// (audited by the allocator), under this write lock.
 		if done.repair, err = tx.RepairIndexes("hostlease-gc sweep", now); err != nil {
@@ -128,16 +128,16 @@ func (s *Sweeper) applyPlan(tx *store.Tx, nr *NetworkReport, now time.Time, done
 	}
 	// Before any reclaim: a reclaim must not free an address a READY
 	// sandbox uses.
-	if done.rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, plan.reReserve, now); err != nil {
+	if done.rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, plan.ReReserve, now); err != nil {
 		return err
 	}
-	if plan.releaseHostLocal {
+	if plan.ReleaseHostLocal {
 		if done.hostLocal, err = allocator.ReleaseHostLocalGone(tx, s.hostLocalDir(nr.Network), allocator.ByDaemon, now); err != nil {
 			return err
 		}
 	}
-	for _, w := range plan.writes {
-		if err := applyWrite(tx, w, now, done); err != nil {
+	for j, i := range plan.Writes {
+		if err := applyWrite(tx, &nr.Verdict.Decisions[i], nr.prepared[j], now, done); err != nil {
 			return err
 		}
 	}
@@ -146,8 +146,7 @@ func (s *Sweeper) applyPlan(tx *store.Tx, nr *NetworkReport, now time.Time, done
 
 // applyWrite stores one decision, if its record is still the same
 // allocation.
-func applyWrite(tx *store.Tx, w plannedWrite, now time.Time, done *applied) error {
-	d := w.d
+func applyWrite(tx *store.Tx, d *reclaim.Decision, w preparedWrite, now time.Time, done *applied) error {
 	if w.prepared {
 		ok, err := tx.PutIfUnchanged(w.rewrite)
 		if err != nil {
@@ -166,7 +165,7 @@ func applyWrite(tx *store.Tx, w plannedWrite, now time.Time, done *applied) erro
 		return nil // released (and perhaps reserved again) since the snapshot
 	}
 	switch d.Action {
-	case reclaim.Reclaim:
+	case reclaim.Release:
 		why := allocator.Why{Action: allocator.AuditReclaim, Reason: string(d.Reason) + ": " + d.Detail, By: allocator.ByDaemon}
 		if err := allocator.ReleaseRecord(tx, cur, why, now); err != nil {
 			return err
@@ -174,14 +173,13 @@ func applyWrite(tx *store.Tx, w plannedWrite, now time.Time, done *applied) erro
 		done.reclaimed = append(done.reclaimed, ReclaimedRecord{Record: cur, Reason: d.Reason, Detail: d.Detail})
 		return nil
 	case reclaim.MarkCommitted:
-		cur.State, cur.Committed = allocator.StateCommitted, now
 		done.committed++
 	default:
 		if cur.Obs == d.Obs {
 			return nil
 		}
 	}
-	cur.Obs = d.Obs
+	d.Apply(cur, now)
 	return tx.Put(cur)
 }
 

@@ -234,7 +234,7 @@ func TestDaemonKickReclaimsOnExhaustion(t *testing.T) {
 	leak2 := e.alloc("sb-leaked-2", t0.Add(-time.Hour))
 	touch(t, filepath.Join(e.dir, ".kick"), time.Now().Add(time.Second))
 	waitFor(t, "the kicked sweep to reclaim", func() bool {
-		return e.metric("hostlease_reclaims_total", "network", testNet, "reason", reclaim.ReclaimSandboxAbsent) == 2
+		return e.metric("hostlease_reclaims_total", "network", testNet, "reason", reclaim.ReleaseSandboxAbsent) == 2
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -3,55 +3,35 @@ package daemon
 import (
 	"time"
 
-	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
-// This file is the sweep's decide stage: pure functions from what a sweep
-// observed (and --dry-run, and the clock) to its plan. A dry run's plan
-// holds the same verdicts, re-reservations and conflicts, and nothing to
-// write or rebuild.
+// This file is the sweep's decide stage: it hands what a sweep observed
+// (and --dry-run, and the clock) to pkg/reclaim's pure functions and keeps
+// their verdicts and plans in the report. A dry run's plan holds the same
+// verdicts, re-reservations and conflicts, and nothing to write or rebuild.
 
-// storePlan is what act writes to one store, in one transaction.
-type storePlan struct {
-	// repairIndexes: rebuild the derived indexes from the records first.
-	repairIndexes bool
-	// reReserve are the re-reservations (never the conflicts).
-	reReserve []reclaim.ReReserve
-	// releaseHostLocal: release the records imported from host-local whose
-	// reservation file is gone.
-	releaseHostLocal bool
-	// writes are the decisions that change a record (see Writes).
-	writes []plannedWrite
-}
-
-func (p *storePlan) empty() bool {
-	return !p.repairIndexes && len(p.reReserve) == 0 && !p.releaseHostLocal && len(p.writes) == 0
-}
-
-// plannedWrite is one decision that changes the store, with the record's new
-// value when it could be encoded ahead of the write transaction.
-type plannedWrite struct {
-	d        *reclaim.Decision
+// preparedWrite is a planned write's new record value, encoded ahead of the
+// write transaction when the snapshot could vouch for the record.
+type preparedWrite struct {
 	rewrite  store.Rewrite
 	prepared bool
 }
 
 // planStores decides what happens to the stores as files: an unreadable one
-// is set aside and rebuilt from CRI only with a complete CRI answer (a
-// partial one would drop live addresses) and not in a dry run; a dry run
-// does not remove plugins' stale temporary stores either.
+// is set aside and rebuilt (reclaim.ShouldRebuild); a dry run does not
+// remove plugins' stale temporary stores either.
 func planStores(rep *SweepReport) {
 	rep.cleanTemp = !rep.DryRun
 	for _, nr := range rep.Networks {
-		nr.rebuild = ErrorClass(nr.Err) == ClassUnreadable && rep.CRI.Complete && !rep.DryRun
+		nr.rebuild = reclaim.ShouldRebuild(ErrorClass(nr.Err) == ClassUnreadable, rep.CRI, rep.DryRun)
 	}
 }
 
-// judgeNetworks judges every readable store's records (Judge: every rule but the
-// API veto and the guard) and reconciles the addresses READY sandboxes use
-// with them (Reconcile).
+// judgeNetworks judges every readable store's records (reclaim.Judge: every
+// rule but the API veto and the guard) and reconciles the addresses READY
+// sandboxes use with them (reclaim.Reconcile).
 func judgeNetworks(rep *SweepReport, uses []reclaim.Use, p reclaim.Policy, now time.Time) {
 	for _, nr := range rep.Networks {
 		if !nr.readable() {
@@ -74,57 +54,41 @@ func needsAPI(rep *SweepReport) bool {
 	return false
 }
 
-// settleNetworks finishes each verdict with the API view (vetoes) and the guard
-// (Settle), and plans each store's writes: none in a dry run.
+// settleNetworks finishes each verdict with the API view (vetoes) and the
+// guard (reclaim.Settle), and plans each store's writes (reclaim.PlanStore:
+// none in a dry run).
 func settleNetworks(rep *SweepReport, p reclaim.Policy, maxInfo int, now time.Time) {
 	for _, nr := range rep.Networks {
 		if !nr.readable() {
 			continue
 		}
 		reclaim.Settle(&nr.Verdict, p, nr.Snapshot.Held(), rep.API)
-		if rep.DryRun {
-			continue
-		}
-		nr.plan = storePlan{
-			repairIndexes:    nr.Snapshot.Indexes.Changed(),
-			releaseHostLocal: nr.hostLocalGone,
-			writes:           planWrites(nr.Snapshot, nr.Verdict, maxInfo, now),
-		}
-		for _, rr := range nr.ReReserve {
-			if !rr.Conflict {
-				nr.plan.reReserve = append(nr.plan.reReserve, rr)
-			}
-		}
+		facts := reclaim.StoreFacts{IndexesChanged: nr.Snapshot.Indexes.Changed(), HostLocalGone: nr.hostLocalGone}
+		nr.plan = reclaim.PlanStore(&nr.Verdict, nr.ReReserve, facts, maxInfo, rep.DryRun)
+		nr.prepared = prepareWrites(nr.Snapshot, nr.Verdict, nr.plan.Writes, now)
 	}
 }
 
-// planWrites lists the decisions to store (see Writes), in order, and encodes
-// the new value of each record that is kept or marked committed (on every CPU
-// when there are many, as on a daemon's first sweep). A reclaim, or a record
-// the snapshot cannot vouch for, is left to the write transaction's look at
-// the record as it is then.
-func planWrites(snap *Snapshot, v reclaim.NetworkVerdict, maxInfo int, now time.Time) []plannedWrite {
-	idx := reclaim.Writes(v.Decisions, maxInfo)
-	plan := make([]plannedWrite, len(idx))
-	inParallel(len(plan), func(lo, hi int) {
+// prepareWrites encodes the new value of each planned write's record that is
+// kept or marked committed (on every CPU when there are many, as on a
+// daemon's first sweep). A reclaim, or a record the snapshot cannot vouch
+// for, is left to the write transaction's look at the record as it is then.
+func prepareWrites(snap *Snapshot, v reclaim.Verdict, writes []int, now time.Time) []preparedWrite {
+	out := make([]preparedWrite, len(writes))
+	inParallel(len(out), func(lo, hi int) {
 		for j := lo; j < hi; j++ {
-			i := idx[j]
-			w := &plan[j]
-			w.d = &v.Decisions[i]
-			d := w.d
-			// Judge keeps the snapshot's order; the pointer check guards that.
-			if d.Action == reclaim.Reclaim || i >= len(snap.seen) || snap.seen[i].Rec != d.Record {
+			i := writes[j]
+			d := &v.Decisions[i]
+			// reclaim.Judge keeps the snapshot's order; the pointer check guards that.
+			if d.Action == reclaim.Release || i >= len(snap.seen) || snap.seen[i].Rec != d.Record {
 				continue
 			}
 			next := *d.Record // records are shared with the decode cache: never modify them
-			next.Obs = d.Obs
-			if d.Action == reclaim.MarkCommitted {
-				next.State, next.Committed = allocator.StateCommitted, now
-			}
+			d.Apply(&next, now)
 			var err error
-			w.rewrite, err = store.PrepareRewrite(snap.seen[i], &next)
-			w.prepared = err == nil
+			out[j].rewrite, err = store.PrepareRewrite(snap.seen[i], &next)
+			out[j].prepared = err == nil
 		}
 	})
-	return plan
+	return out
 }

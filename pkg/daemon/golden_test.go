@@ -97,7 +97,7 @@ func TestGoldenValues(t *testing.T) {
 			lines = append(lines, kind+" "+v)
 		}
 	}
-	for _, r := range reclaim.ReclaimReasons {
+	for _, r := range reclaim.ReleaseReasons {
 		add("reclaim", string(r))
 	}
 	for _, r := range []reclaim.Reason{reclaim.KeepLive, reclaim.KeepStale, reclaim.KeepAbsent, reclaim.KeepInFlight, reclaim.KeepVetoed, reclaim.KeepGuarded, reclaim.KeepCRIUnavailable, reclaim.KeepAPIUnavailable} {

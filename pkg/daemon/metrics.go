@@ -15,7 +15,7 @@ import (
 var Version = "dev"
 
 // Label values that are part of the metrics contract (docs/contracts.md);
-// the reclaim reasons are reclaim.ReclaimReasons, the re-reservation
+// the reclaim reasons are reclaim.ReleaseReasons, the re-reservation
 // reasons reclaim.ReReserve*.
 const (
 	StatePending   = "pending"
@@ -53,7 +53,7 @@ type Metrics struct {
 	sweeps map[string]float64 // by result
 	lastOK time.Time
 	criUp  bool
-	// netnsOK is the last sweep's NetnsProofStatus.Verified.
+	// netnsOK is the last sweep's reclaim.NetnsProofStatus.Verified.
 	netnsOK bool
 	// dataDirOK is the last sweep's DataDirStatus.OK.
 	dataDirOK bool

@@ -62,7 +62,7 @@ func newNetCounters() netCounters {
 		rereserved: map[string]float64{reclaim.ReReserveUnrecorded: 0, reclaim.ReReserveOtherOwner: 0, reclaim.ReReserveDamaged: 0}, storeErrors: map[storeError]float64{}}
 	// Every label value exists from the start, so increase() in alerts sees
 	// the first event and "absent" is not confused with "never happened".
-	for _, r := range reclaim.ReclaimReasons {
+	for _, r := range reclaim.ReleaseReasons {
 		c.reclaims[r] = 0
 	}
 	c.pluginReleases = map[string]float64{}
@@ -80,7 +80,7 @@ func (c *netCounters) add(nr *NetworkReport) {
 	for _, r := range nr.Reclaimed {
 		c.reclaims[r.Reason]++
 	}
-	c.reclaims[reclaim.ReclaimHostLocalGone] += float64(len(nr.HostLocalReleased))
+	c.reclaims[reclaim.ReleaseHostLocalGone] += float64(len(nr.HostLocalReleased))
 	for i := range nr.Verdict.Decisions {
 		if nr.Verdict.Decisions[i].Reason == reclaim.KeepVetoed {
 			c.vetoes[VetoPodListsIP]++

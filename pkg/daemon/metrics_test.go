@@ -91,7 +91,7 @@ func usage(rs, size, used int) pool.Usage {
 func populate(m *Metrics) {
 	var reclaimed []ReclaimedRecord
 	for i := range 5 {
-		reclaimed = append(reclaimed, ReclaimedRecord{Record: rec(100+i, allocator.StateCommitted), Reason: reclaim.ReclaimSandboxAbsent})
+		reclaimed = append(reclaimed, ReclaimedRecord{Record: rec(100+i, allocator.StateCommitted), Reason: reclaim.ReleaseSandboxAbsent})
 	}
 	// Committed: two records and one re-reserved address.
 	decisions := []reclaim.Decision{
@@ -107,7 +107,7 @@ func populate(m *Metrics) {
 			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 2, Last: time.Unix(1700000000, 0)}},
 			Damaged:     make([]allocator.DamagedRecord, 2),
 		},
-		Verdict:     reclaim.NetworkVerdict{Decisions: decisions, Guarded: true},
+		Verdict:     reclaim.Verdict{Decisions: decisions, Guarded: true},
 		Reclaimed:   reclaimed,
 		Rebuilt:     "podnet.db.corrupt-1",
 		ReReserved:  []reclaim.ReReserve{{IP: addr("10.9.0.1"), Reason: reclaim.ReReserveUnrecorded}},
@@ -289,7 +289,7 @@ func TestMetricsForgetANetworkNoLongerReported(t *testing.T) {
 	if n := series(t, reg, "hostlease_pool_size_addresses"); n != 2 {
 		t.Fatalf("pool size series = %d, want 2", n)
 	}
-	if v := gathered(t, reg, "hostlease_reclaims_total", "network", "podnet", "reason", reclaim.ReclaimSandboxAbsent); v != 0 {
+	if v := gathered(t, reg, "hostlease_reclaims_total", "network", "podnet", "reason", reclaim.ReleaseSandboxAbsent); v != 0 {
 		t.Fatalf("a network back counts from 0: reclaims %v", v)
 	}
 }

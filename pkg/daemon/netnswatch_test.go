@@ -132,7 +132,7 @@ func TestDaemonWakesOnNetnsRemoval(t *testing.T) {
 	if err := os.Remove(leakNs); err != nil { // the runtime's teardown after a failed ADD
 		t.Fatal(err)
 	}
-	waitFor(t, "the woken sweep to reclaim", func() bool { return e.reclaims(reclaim.ReclaimNetnsGone) == 1 })
+	waitFor(t, "the woken sweep to reclaim", func() bool { return e.reclaims(reclaim.ReleaseNetnsGone) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 	return committed
 }
 
-// observeCRI lists the sandboxes (CRIView judges whether the answer can be
+// observeCRI lists the sandboxes (reclaim.CRIView judges whether the answer can be
 // trusted) and asks for the addresses of READY sandboxes that hold pending
 // records, so those can be marked committed.
 func (s *Sweeper) observeCRI(ctx context.Context, rep *SweepReport, committed int, now time.Time) []reclaim.CRISandbox {
@@ -307,7 +307,7 @@ func hostLocalFileGone(dir string, recs []*allocator.Record) bool {
 				return false
 			}
 			// host-local's DEL leaves its lock file; a wiped directory has
-			// none and proves nothing (ReleaseHostLocalGone's rule).
+			// none and proves nothing (reclaim.ReleaseHostLocalGone's rule).
 			if _, err := d.Lstat("lock"); err != nil {
 				return false
 			}

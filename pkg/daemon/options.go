@@ -69,7 +69,7 @@ func RegisterRunFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.Grace, "grace", 2*time.Minute, "minimum time a sandbox must be absent from CRI before its address is reclaimed")
 	fs.DurationVar(&o.MinAge, "min-age", 5*time.Minute, "minimum allocation age before reclaim; covers an ADD still in flight (kubelet waits up to 4m)")
 	fs.DurationVar(&o.NetnsGrace, "netns-grace", 0, "absence needed when the allocation carries proof of death (its netns is gone, or it predates the node's boot); replaces --misses, --grace and --min-age then; 0 reclaims at once")
-	fs.Float64Var(&o.MaxReclaimFraction, "max-reclaim-fraction", reclaim.DefaultMaxReclaimFraction, "refuse a sweep that would reclaim, without proof of death, more than this fraction of the records a network holds (0 < f <= 1; at least one record is always allowed)")
+	fs.Float64Var(&o.MaxReclaimFraction, "max-reclaim-fraction", reclaim.DefaultMaxFraction, "refuse a sweep that would reclaim, without proof of death, more than this fraction of the records a network holds (0 < f <= 1; at least one record is always allowed)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be reclaimed and change nothing")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty disables)")
 	fs.IntVar(&o.HTTP.MaxConns, "http-max-connections", DefaultHTTPMaxConns, "connections the metrics listener holds at most; beyond, one of the client address holding the most is closed to make room (idle first, then one being served, one still sending its header last)")

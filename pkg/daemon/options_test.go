@@ -102,7 +102,7 @@ func TestOptionsDefaults(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o.NetnsGrace != 0 || o.MaxReclaimFraction != reclaim.DefaultMaxReclaimFraction || o.ProcDir != "/proc" || o.NetnsDir != DefaultNetnsDir ||
+	if o.NetnsGrace != 0 || o.MaxReclaimFraction != reclaim.DefaultMaxFraction || o.ProcDir != "/proc" || o.NetnsDir != DefaultNetnsDir ||
 		o.HTTP != (HTTPLimits{}).withDefaults() {
 		t.Fatalf("defaults: %+v", o)
 	}

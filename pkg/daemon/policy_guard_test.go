@@ -46,23 +46,33 @@ func TestListViewIncompleteReclaimsNothing(t *testing.T) {
 		{"empty list on an empty node", &fakeListCRI{list: []reclaim.CRISandbox{}}, 0, true, ""},
 		{"other sandboxes listed", &fakeListCRI{list: []reclaim.CRISandbox{{ID: "sb-z", State: reclaim.SandboxReady}}}, 5, true, ""},
 	}
+	now := t0.Add(time.Hour)
+	rec := func(ip, id string, o allocator.Observation) *allocator.Record {
+		return &allocator.Record{IP: addr(ip), PrefixLen: 24, ContainerID: id, IfName: "eth0", Network: "podnet",
+			State: allocator.StateCommitted, Created: t0, Committed: t0, Obs: o}
+	}
+	p := reclaim.Policy{Misses: 3, Grace: 2 * time.Minute, MinAge: 5 * time.Minute, MaxReclaimFraction: reclaim.DefaultMaxFraction}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			view, _ := ListView(context.Background(), tc.cri, tc.committed, late)
+			view, _ := ListView(context.Background(), tc.cri, tc.committed, now)
 			if view.Complete != tc.complete {
 				t.Fatalf("Complete=%v (why %q), want %v", view.Complete, view.Why, tc.complete)
 			}
-			if !view.ListedAt.Equal(late) {
+			if !view.ListedAt.Equal(now) {
 				t.Errorf("ListedAt=%v, want the time the list was asked for", view.ListedAt)
 			}
 			if !strings.Contains(view.Why, tc.why) {
 				t.Errorf("Why=%q, want it to mention %q", view.Why, tc.why)
 			}
-			recs := []*allocator.Record{due(), prec(missed(0, time.Time{}), func(r *allocator.Record) { r.IP, r.ContainerID = ipOther, "sb-b" })}
-			v := reclaim.Decide(testPolicy, []reclaim.Candidate{{Record: recs[0], NetnsGone: true}, {Record: recs[1]}}, testPool, view, apiWith(), late)
+			recs := []*allocator.Record{
+				rec("10.0.0.10", "sb-a", allocator.Observation{Misses: 2, FirstMissed: now.Add(-5 * time.Minute), SandboxState: reclaim.SandboxAbsent, Verdict: "absent"}),
+				rec("10.0.0.99", "sb-b", allocator.Observation{SandboxState: reclaim.SandboxAbsent, Verdict: "absent"}),
+			}
+			api := reclaim.APIView{Enabled: true, Available: true}
+			v := reclaim.Decide(p, []reclaim.Candidate{{Record: recs[0], NetnsGone: true}, {Record: recs[1]}}, len(recs), view, api, now)
 			for i, d := range v.Decisions {
 				if tc.complete {
-					if i == 0 && d.Action != reclaim.Reclaim {
+					if i == 0 && d.Action != reclaim.Release {
 						t.Errorf("complete answer without the sandbox: %v %q, want reclaim", d.Action, d.Reason)
 					}
 					continue

@@ -13,7 +13,7 @@ import (
 )
 
 // RebuildStore replaces the store at path with one rebuilt from the runtime
-// and from what can still be read of the old one (MergeRebuild says
+// and from what can still be read of the old one (reclaim.MergeRebuild says
 // what it holds). The old file is kept as <path>.corrupt-<unix>. It is three
 // steps: gather (the runtime's addresses, before any lock), merge (pure) and
 // replace (under the old file's lock).

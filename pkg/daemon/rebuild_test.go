@@ -120,7 +120,7 @@ func TestSweepReleasesVanishedHostLocal(t *testing.T) {
 	if recs[addr("10.1.0.50")] != nil || recs[addr("10.1.0.51")] == nil {
 		t.Fatalf("store: %v", keys(recs))
 	}
-	if got := e.reclaims(reclaim.ReclaimHostLocalGone); got != 1 {
+	if got := e.reclaims(reclaim.ReleaseHostLocalGone); got != 1 {
 		t.Fatalf("reclaims{host_local_gone} = %v", got)
 	}
 }

@@ -190,7 +190,7 @@ func (s *Sweeper) reportDecisions(ctx context.Context, log *slog.Logger, rep *Sw
 	}
 	if rep.DryRun {
 		for _, d := range nr.Verdict.Decisions {
-			if d.Action == reclaim.Reclaim {
+			if d.Action == reclaim.Release {
 				log.Info("would reclaim address (dry run)", "ip", d.Record.IP, "sandbox", d.Record.ContainerID, "pod", d.Record.PodRef(), "reason", d.Reason, "detail", d.Detail)
 			}
 		}

@@ -41,7 +41,7 @@ type PoolRow struct {
 	Free     string `json:"free,omitempty"`
 	Pending  int    `json:"pending"`
 	// LeakCandidates counts the range set's records that are leak
-	// candidates by their stored observation (IsLeakCandidate).
+	// candidates by their stored observation (reclaim.IsLeakCandidate).
 	LeakCandidates int    `json:"leakCandidates"`
 	Exhaustions    uint64 `json:"exhaustions"`
 	Damaged        int    `json:"damaged"`

@@ -35,7 +35,7 @@ type Sweeper struct {
 	mu sync.Mutex // one sweep at a time
 	// stores is the state kept of each store between sweeps, by path.
 	stores map[string]*storeState
-	// infoWrites overrides MaxInfoWrites (tests).
+	// infoWrites overrides reclaim.MaxInfoWrites (tests).
 	infoWrites int
 	// bootErr is the last boot-time error logged, to log a new one once.
 	bootErr string
@@ -96,7 +96,7 @@ type SweepReport struct {
 	// CRIReached: ListPodSandbox answered (even if implausibly).
 	CRIReached bool
 	API        reclaim.APIView
-	// Netns is the node-wide verdict on the netns proof (NetnsProof).
+	// Netns is the node-wide verdict on the netns proof (reclaim.NetnsProof).
 	Netns reclaim.NetnsProofStatus
 	// DataDir is what the sweep found at --data-dir.
 	DataDir  DataDirStatus
@@ -126,11 +126,13 @@ type NetworkReport struct {
 	hostLocalGone bool // a record imported from host-local lost its file
 
 	// Decided.
-	Verdict reclaim.NetworkVerdict
-	// ReReserve is what the CRI → store reconciliation found (Reconcile).
+	Verdict reclaim.Verdict
+	// ReReserve is what the CRI → store reconciliation found (reclaim.Reconcile).
 	ReReserve []reclaim.ReReserve
-	rebuild   bool      // set the unreadable store aside and rebuild it
-	plan      storePlan // what act writes (empty in a dry run)
+	rebuild   bool         // set the unreadable store aside and rebuild it
+	plan      reclaim.Plan // what act writes (empty in a dry run)
+	// prepared[j] is plan.Writes[j]'s record encoded ahead of the write.
+	prepared []preparedWrite
 
 	// Done.
 	Reclaimed  []ReclaimedRecord

@@ -62,7 +62,7 @@ func TestSweepReclaimsLeaksAfterMisses(t *testing.T) {
 	byIP := map[netip.Addr]allocator.AuditEvent{}
 	for _, a := range audits {
 		byIP[a.IP] = a
-		if a.By != "hostlease-gc" || !strings.HasPrefix(a.Reason, string(reclaim.ReclaimSandboxAbsent)+": ") || !a.Time.Equal(t0.Add(2*time.Minute)) || a.IfName != "eth0" {
+		if a.By != "hostlease-gc" || !strings.HasPrefix(a.Reason, string(reclaim.ReleaseSandboxAbsent)+": ") || !a.Time.Equal(t0.Add(2*time.Minute)) || a.IfName != "eth0" {
 			t.Errorf("audit entry %+v: want by hostlease-gc, reason sandbox_absent with detail, time of the sweep", a)
 		}
 	}
@@ -97,7 +97,7 @@ func TestSweepNetnsGone(t *testing.T) {
 	for i := range 10 { // every 15s for 2m15s: past --grace, well below --min-age
 		rep := e.sweepAt(start.Add(time.Duration(i) * 15 * time.Second))
 		for _, r := range e.net(rep).Reclaimed {
-			if r.IP != gone.IP || r.Reason != reclaim.ReclaimNetnsGone {
+			if r.IP != gone.IP || r.Reason != reclaim.ReleaseNetnsGone {
 				t.Fatalf("sweep %d reclaimed %s (%s) for %s; only %s's netns is provably gone", i, r.IP, r.ContainerID, r.Reason, gone.IP)
 			}
 			reclaimedAt = append(reclaimedAt, i)
@@ -114,7 +114,7 @@ func TestSweepNetnsGone(t *testing.T) {
 	if v := recs[inflight.IP].Obs.Verdict; v != string(reclaim.KeepInFlight) {
 		t.Errorf("record with a present netns: verdict %q, want in_flight", v)
 	}
-	if a := e.reclaimAudits(); len(a) != 1 || !strings.HasPrefix(a[0].Reason, string(reclaim.ReclaimNetnsGone)+": ") {
+	if a := e.reclaimAudits(); len(a) != 1 || !strings.HasPrefix(a[0].Reason, string(reclaim.ReleaseNetnsGone)+": ") {
 		t.Errorf("audit %+v, want one netns_gone reclaim", a)
 	}
 
@@ -215,7 +215,7 @@ func TestSweepDryRunChangesNothing(t *testing.T) {
 			t.Fatalf("dry-run sweep %d reclaimed %d, committed %d", i, len(nr.Reclaimed), nr.Committed)
 		}
 		for _, d := range nr.Verdict.Decisions {
-			if d.Record.IP == s.leak.IP && d.Action == reclaim.Reclaim {
+			if d.Record.IP == s.leak.IP && d.Action == reclaim.Release {
 				wouldAt = append(wouldAt, i)
 			}
 		}

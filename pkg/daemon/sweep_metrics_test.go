@@ -83,7 +83,7 @@ func TestSweepMetricsExhaustionAndResults(t *testing.T) {
 	}
 	e.sweepAt(t0.Add(6 * time.Minute))
 	e.sweepAt(t0.Add(7 * time.Minute))
-	if lc, free, rec := e.metric("hostlease_leak_candidates", "network", testNet), e.metric("hostlease_pool_free_addresses", "network", testNet, "range_set", "0"), e.reclaims(reclaim.ReclaimSandboxAbsent); lc != 0 || free != 1 || rec != 1 {
+	if lc, free, rec := e.metric("hostlease_leak_candidates", "network", testNet), e.metric("hostlease_pool_free_addresses", "network", testNet, "range_set", "0"), e.reclaims(reclaim.ReleaseSandboxAbsent); lc != 0 || free != 1 || rec != 1 {
 		t.Fatalf("after the reclaim: leak candidates %v free %v reclaims %v, want 0 1 1", lc, free, rec)
 	}
 	if c := e.metric("hostlease_allocations", "network", testNet, "state", StateCommitted); c != 2 {

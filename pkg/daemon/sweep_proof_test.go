@@ -40,14 +40,14 @@ func TestSweepProofNetnsGoneAtOnce(t *testing.T) {
 	if len(nr.Reclaimed) != 1 || nr.Reclaimed[0].IP != gone.IP {
 		t.Fatalf("first sweep reclaimed %v, want only %s", nr.Reclaimed, gone.IP)
 	}
-	if d := nr.Reclaimed[0]; d.Reason != reclaim.ReclaimNetnsGone || !strings.Contains(d.Detail, "proof of death") {
+	if d := nr.Reclaimed[0]; d.Reason != reclaim.ReleaseNetnsGone || !strings.Contains(d.Detail, "proof of death") {
 		t.Fatalf("decision %+v", d)
 	}
 	recs := e.records()
 	if recs[live.IP] == nil || recs[noNetns.IP] == nil || recs[gone.IP] != nil {
 		t.Fatalf("store: %v", recs)
 	}
-	if got := e.reclaims(reclaim.ReclaimNetnsGone); got != 1 {
+	if got := e.reclaims(reclaim.ReleaseNetnsGone); got != 1 {
 		t.Fatalf("reclaims{netns_gone} = %v", got)
 	}
 	if got := recs[noNetns.IP].Obs.Verdict; got != "absent" {
@@ -130,7 +130,7 @@ func TestSweepRebootReclaimsStaleAtOnce(t *testing.T) {
 			if len(recs) != len(live) {
 				t.Fatalf("%d records left, want %d", len(recs), len(live))
 			}
-			if got := e.reclaims(reclaim.ReclaimPredatesBoot); got != float64(len(stale)) {
+			if got := e.reclaims(reclaim.ReleasePredatesBoot); got != float64(len(stale)) {
 				t.Fatalf("reclaims{predates_boot} = %v", got)
 			}
 		})
@@ -329,7 +329,7 @@ func TestSweepNetnsWitness(t *testing.T) {
 			}
 			nr := e.net(e.sweepAt(t0))
 			if tc.proven {
-				if len(nr.Reclaimed) != 1 || nr.Reclaimed[0].Reason != reclaim.ReclaimNetnsGone {
+				if len(nr.Reclaimed) != 1 || nr.Reclaimed[0].Reason != reclaim.ReleaseNetnsGone {
 					t.Fatalf("reclaimed %+v, want %s as netns_gone", nr.Reclaimed, recs[0].IP)
 				}
 				return
@@ -431,7 +431,7 @@ func TestSweepNetnsProofLoggedOncePerNode(t *testing.T) {
 	reclaimed := 0
 	for _, nr := range rep.Networks {
 		for _, r := range nr.Reclaimed {
-			if r.Reason != reclaim.ReclaimNetnsGone || !strings.HasPrefix(r.ContainerID, "gone-") {
+			if r.Reason != reclaim.ReleaseNetnsGone || !strings.HasPrefix(r.ContainerID, "gone-") {
 				t.Fatalf("%s: reclaimed %s for %s", nr.Network, r.ContainerID, r.Reason)
 			}
 			reclaimed++

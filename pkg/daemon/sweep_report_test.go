@@ -58,8 +58,8 @@ func TestSweepReportsLeaksAfterMisses(t *testing.T) {
 		pairs []any
 		want  float64
 	}{
-		{"hostlease_reclaims_total", []any{"network", testNet, "reason", reclaim.ReclaimSandboxAbsent}, 2},
-		{"hostlease_reclaims_total", []any{"network", testNet, "reason", reclaim.ReclaimNetnsGone}, 0},
+		{"hostlease_reclaims_total", []any{"network", testNet, "reason", reclaim.ReleaseSandboxAbsent}, 2},
+		{"hostlease_reclaims_total", []any{"network", testNet, "reason", reclaim.ReleaseNetnsGone}, 0},
 		{"hostlease_leak_candidates", []any{"network", testNet}, 0},
 		{"hostlease_allocations", []any{"network", testNet, "state", StateCommitted}, 1},
 		{"hostlease_allocations", []any{"network", testNet, "state", StatePending}, 0},
@@ -81,7 +81,7 @@ func TestSweepReportsLeaksAfterMisses(t *testing.T) {
 
 	// Nothing is counted or posted twice.
 	e.sweepAt(t0.Add(3 * time.Minute))
-	if got := e.reclaims(reclaim.ReclaimSandboxAbsent); got != 2 || len(e.events()) != 2 {
+	if got := e.reclaims(reclaim.ReleaseSandboxAbsent); got != 2 || len(e.events()) != 2 {
 		t.Fatalf("after a further sweep: reclaims %v, events %d; want 2 each", got, len(e.events()))
 	}
 }
@@ -93,10 +93,10 @@ func TestSweepReportsReclaimReasons(t *testing.T) {
 	for i := range 10 {
 		e.sweepAt(t0.Add(time.Duration(i) * 15 * time.Second))
 	}
-	if got := e.reclaims(reclaim.ReclaimNetnsGone); got != 1 {
+	if got := e.reclaims(reclaim.ReleaseNetnsGone); got != 1 {
 		t.Errorf("reclaims{netns_gone} = %v, want 1", got)
 	}
-	if got := e.reclaims(reclaim.ReclaimSandboxAbsent); got != 0 {
+	if got := e.reclaims(reclaim.ReleaseSandboxAbsent); got != 0 {
 		t.Errorf("reclaims{sandbox_absent} = %v, want 0", got)
 	}
 }
@@ -110,7 +110,7 @@ func TestSweepReportsVetoes(t *testing.T) {
 	if got := e.metric("hostlease_vetoes_total", "network", testNet, "reason", VetoPodListsIP); got != 3 {
 		t.Fatalf("vetoes{pod_lists_ip} = %v, want 3", got)
 	}
-	if got := e.reclaims(reclaim.ReclaimSandboxAbsent); got != 0 || len(e.events()) != 0 {
+	if got := e.reclaims(reclaim.ReleaseSandboxAbsent); got != 0 || len(e.events()) != 0 {
 		t.Fatalf("vetoed record: reclaims %v, events %d", got, len(e.events()))
 	}
 	// The pod completes: the reclaim's Event is on it.
@@ -167,7 +167,7 @@ func TestSweepReportsDryRun(t *testing.T) {
 	if !strings.Contains(e.logs.String(), "would reclaim address (dry run)") || !strings.Contains(e.logs.String(), s.leak.IP.String()) {
 		t.Errorf("dry run did not log what it would reclaim:\n%s", e.logs.String())
 	}
-	if len(e.events()) != 0 || e.reclaims(reclaim.ReclaimSandboxAbsent) != 0 || e.metric("hostlease_stores_rebuilt_total", "network", "broken") != 0 {
+	if len(e.events()) != 0 || e.reclaims(reclaim.ReleaseSandboxAbsent) != 0 || e.metric("hostlease_stores_rebuilt_total", "network", "broken") != 0 {
 		t.Fatalf("dry run posted events (%d) or counted reclaims/rebuilds", len(e.events()))
 	}
 	if got := e.metric("hostlease_allocations", "network", testNet, "state", StatePending); got != 2 {
@@ -220,8 +220,8 @@ func TestSweepReportsNoReclaimOfAReallocatedAddress(t *testing.T) {
 	for _, tc := range reallocations {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _, _ := reallocated(t, tc.newID)
-			if len(e.events()) != 0 || e.reclaims(reclaim.ReclaimSandboxAbsent) != 0 {
-				t.Fatalf("a reclaim was reported: events %d, reclaims %v", len(e.events()), e.reclaims(reclaim.ReclaimSandboxAbsent))
+			if len(e.events()) != 0 || e.reclaims(reclaim.ReleaseSandboxAbsent) != 0 {
+				t.Fatalf("a reclaim was reported: events %d, reclaims %v", len(e.events()), e.reclaims(reclaim.ReleaseSandboxAbsent))
 			}
 		})
 	}

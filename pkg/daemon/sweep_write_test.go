@@ -66,7 +66,7 @@ func TestSweepLeavesReallocatedAddress(t *testing.T) {
 					d = x
 				}
 			}
-			if d.Action != reclaim.Reclaim {
+			if d.Action != reclaim.Release {
 				t.Fatalf("precondition: the snapshot's record should be due (got %v %q)", d.Action, d.Reason)
 			}
 			if len(nr.Reclaimed) != 0 || nr.Err != nil {

@@ -42,14 +42,14 @@ func TestDecideMassReclaimGuard(t *testing.T) {
 		{"one above a limit that is inexact in binary", 0.57, 100, 58, true},
 		{"exactly at a limit that is inexact in binary (0.29*100)", 0.29, 100, 29, false},
 		// Wrong socket on a default node: 100 live pods on a /24, none listed.
-		{"every record of a default node at once (wrong socket)", DefaultMaxReclaimFraction, 100, 100, true},
-		{"half of them plus one", DefaultMaxReclaimFraction, 100, 51, true},
+		{"every record of a default node at once (wrong socket)", DefaultMaxFraction, 100, 100, true},
+		{"half of them plus one", DefaultMaxFraction, 100, 51, true},
 		// Small networks: a lone leak is reclaimed, all of them at once is not.
-		{"lone leak on a one-record network", DefaultMaxReclaimFraction, 1, 1, false},
-		{"one of two records", DefaultMaxReclaimFraction, 2, 1, false},
-		{"both of two records", DefaultMaxReclaimFraction, 2, 2, true},
-		{"one of three records", DefaultMaxReclaimFraction, 3, 1, false},
-		{"two of three records", DefaultMaxReclaimFraction, 3, 2, true},
+		{"lone leak on a one-record network", DefaultMaxFraction, 1, 1, false},
+		{"one of two records", DefaultMaxFraction, 2, 1, false},
+		{"both of two records", DefaultMaxFraction, 2, 2, true},
+		{"one of three records", DefaultMaxFraction, 3, 1, false},
+		{"two of three records", DefaultMaxFraction, 3, 2, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestDecideMassReclaimGuard(t *testing.T) {
 					t.Errorf("guarded sweep: %v %q verdict %q detail %q, want keep guarded", d.Action, d.Reason, d.Obs.Verdict, d.Detail)
 				case tc.guarded && (!d.Candidate || d.Obs.Misses != 3):
 					t.Errorf("guarded record lost its observation: candidate %v obs %+v", d.Candidate, d.Obs)
-				case d.Action == Reclaim:
+				case d.Action == Release:
 					reclaimed++
 				}
 			}
@@ -110,7 +110,7 @@ func TestWrites(t *testing.T) {
 		firstMiss = Decision{Record: rec(allocator.Observation{}), Action: Keep, Obs: stored}
 		listed    = Decision{Record: rec(stored), Action: Keep, Obs: allocator.Observation{SandboxState: SandboxReady, Verdict: "live"}}
 		commit    = Decision{Record: rec(stored), Action: MarkCommitted, Obs: stored}
-		reclaim   = Decision{Record: rec(stored), Action: Reclaim, Obs: stored}
+		reclaim   = Decision{Record: rec(stored), Action: Release, Obs: stored}
 	)
 	cases := []struct {
 		name    string

@@ -85,9 +85,9 @@ type Candidate struct {
 func (c Candidate) proof() Reason {
 	switch {
 	case c.NetnsGone:
-		return ReclaimNetnsGone
+		return ReleaseNetnsGone
 	case c.PredatesBoot:
-		return ReclaimPredatesBoot
+		return ReleasePredatesBoot
 	}
 	return ""
 }
@@ -107,8 +107,8 @@ const (
 	Keep Action = iota
 	// MarkCommitted: CRI shows the sandbox READY with this address.
 	MarkCommitted
-	// Reclaim: release the address.
-	Reclaim
+	// Release: release the address (a reclaim).
+	Release
 )
 
 // Decision is the policy's verdict on one record, with the reason a person reads.
@@ -116,7 +116,7 @@ type Decision struct {
 	Record *allocator.Record
 	Action Action
 	// Reason says why: a Keep reason (KeepLive...) for Keep and MarkCommitted,
-	// a reclaim reason (ReclaimSandboxAbsent...) for Reclaim.
+	// a reclaim reason (ReleaseSandboxAbsent...) for Release.
 	Reason Reason
 	// Detail explains the reason in words.
 	Detail string
@@ -126,8 +126,8 @@ type Decision struct {
 	Candidate bool
 }
 
-// NetworkVerdict is the outcome for one network's records.
-type NetworkVerdict struct {
+// Verdict is the outcome for one network's records.
+type Verdict struct {
 	Decisions []Decision
 	// Guarded is true when the mass-reclaim guard refused this sweep's
 	// reclaims without proof of death.
@@ -177,17 +177,17 @@ func GuardLimit(fraction float64, held int) int {
 //
 // Decide is Judge followed by Settle; a sweep calls them apart so that it
 // reads the API server only when Judge leaves a reclaim it could veto.
-func Decide(p Policy, cands []Candidate, held int, cri CRIView, api APIView, now time.Time) NetworkVerdict {
+func Decide(p Policy, cands []Candidate, held int, cri CRIView, api APIView, now time.Time) Verdict {
 	v := Judge(p, cands, cri, now)
 	Settle(&v, p, held, api)
 	return v
 }
 
 // Judge decides each record on every rule but the API veto and the guard: a
-// record due for a reclaim without proof of death is left as a Reclaim with
-// reason ReclaimSandboxAbsent for Settle to confirm or refuse.
-func Judge(p Policy, cands []Candidate, cri CRIView, now time.Time) NetworkVerdict {
-	v := NetworkVerdict{Decisions: make([]Decision, len(cands))}
+// record due for a reclaim without proof of death is left as a Release with
+// reason ReleaseSandboxAbsent for Settle to confirm or refuse.
+func Judge(p Policy, cands []Candidate, cri CRIView, now time.Time) Verdict {
+	v := Verdict{Decisions: make([]Decision, len(cands))}
 	for i, c := range cands {
 		v.Decisions[i] = decideOne(p, c, cri, now)
 	}
@@ -196,9 +196,9 @@ func Judge(p Policy, cands []Candidate, cri CRIView, now time.Time) NetworkVerdi
 
 // NeedsAPI reports whether the verdict holds a reclaim without proof of death,
 // the only decision the API server can veto.
-func (v *NetworkVerdict) NeedsAPI() bool {
+func (v *Verdict) NeedsAPI() bool {
 	for i := range v.Decisions {
-		if d := &v.Decisions[i]; d.Action == Reclaim && d.Reason == ReclaimSandboxAbsent {
+		if d := &v.Decisions[i]; d.Action == Release && d.Reason == ReleaseSandboxAbsent {
 			return true
 		}
 	}
@@ -209,15 +209,15 @@ func (v *NetworkVerdict) NeedsAPI() bool {
 // is vetoed when the API server (if used) could not be read or a live pod on
 // this node lists its address, and the rest are refused together when they
 // exceed the network's GuardLimit.
-func Settle(v *NetworkVerdict, p Policy, held int, api APIView) {
+func Settle(v *Verdict, p Policy, held int, api APIView) {
 	var unproven []int
 	v.Proven = 0
 	for i := range v.Decisions {
 		d := &v.Decisions[i]
-		if d.Action != Reclaim {
+		if d.Action != Release {
 			continue
 		}
-		if d.Reason != ReclaimSandboxAbsent {
+		if d.Reason != ReleaseSandboxAbsent {
 			v.Proven++
 			continue
 		}
@@ -242,6 +242,15 @@ func Settle(v *NetworkVerdict, p Policy, held int, api APIView) {
 				len(unproven), held, v.GuardLimit, p.MaxReclaimFraction))
 		}
 	}
+}
+
+// Apply sets on r what the decision stores: its observation and, for
+// MarkCommitted, the committed state at now.
+func (d *Decision) Apply(r *allocator.Record, now time.Time) {
+	if d.Action == MarkCommitted {
+		r.State, r.Committed = allocator.StateCommitted, now
+	}
+	r.Obs = d.Obs
 }
 
 // keep turns d into a Keep for reason, recorded as the stored verdict too.
@@ -288,13 +297,13 @@ func decideOne(p Policy, c Candidate, cri CRIView, now time.Time) Decision {
 	age := now.Sub(r.Created)
 	if proof := c.proof(); proof != "" {
 		why := "its netns " + r.Netns + " is gone"
-		if proof == ReclaimPredatesBoot {
+		if proof == ReleasePredatesBoot {
 			why = "it was written before the node's last boot"
 		}
 		if absentFor < p.NetnsGrace {
 			return keep(KeepAbsent, fmt.Sprintf("sandbox absent and %s; absent for %s of the %s --netns-grace", why, absentFor.Round(time.Second), p.NetnsGrace))
 		}
-		return reclaim(d, proof, fmt.Sprintf("sandbox absent from CRI and %s (proof of death); allocation %s old", why, age.Round(time.Second)))
+		return release(d, proof, fmt.Sprintf("sandbox absent from CRI and %s (proof of death); allocation %s old", why, age.Round(time.Second)))
 	}
 	// Without proof: the detail says why its netns proves nothing, if it
 	// names one.
@@ -313,11 +322,11 @@ func decideOne(p Policy, c Candidate, cri CRIView, now time.Time) Decision {
 	case age < p.MinAge:
 		return keep(KeepInFlight, noProof(fmt.Sprintf("allocation is %s old, younger than --min-age %s: an ADD may still be in flight", age.Round(time.Second), p.MinAge)))
 	}
-	return reclaim(d, ReclaimSandboxAbsent, noProof(fmt.Sprintf("sandbox absent from CRI for %d sweeps over %s; allocation %s old", d.Obs.Misses, absentFor.Round(time.Second), age.Round(time.Second))))
+	return release(d, ReleaseSandboxAbsent, noProof(fmt.Sprintf("sandbox absent from CRI for %d sweeps over %s; allocation %s old", d.Obs.Misses, absentFor.Round(time.Second), age.Round(time.Second))))
 }
 
-func reclaim(d Decision, reason Reason, detail string) Decision {
-	d.Action, d.Reason, d.Detail, d.Obs.Verdict = Reclaim, reason, detail, string(reason)
+func release(d Decision, reason Reason, detail string) Decision {
+	d.Action, d.Reason, d.Detail, d.Obs.Verdict = Release, reason, detail, string(reason)
 	d.Candidate = IsLeakCandidate(d.Obs)
 	return d
 }
@@ -353,10 +362,10 @@ type CRISandbox struct {
 	PodNamespace, PodName, PodUID string
 }
 
-// DefaultMaxReclaimFraction is the share of a network's records that one
+// DefaultMaxFraction is the share of a network's records that one
 // sweep may reclaim without proof of death. A runtime that lists none of
 // the network's sandboxes (a wrong socket) makes every record a candidate
 // at once, 100% of them, so any default below 1 refuses it; a node
 // rebooted with a persistent data dir is not limited, as its records carry
 // proof (they predate the boot).
-const DefaultMaxReclaimFraction = 0.5
+const DefaultMaxFraction = 0.5

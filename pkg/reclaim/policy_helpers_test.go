@@ -16,7 +16,7 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // is held (allocator.NetnsHeld).
 var heldDoubt = allocator.NetnsHeld.Doubt(&allocator.Record{NetnsWitness: allocator.NetnsWitness{Netns: allocator.NsID{Dev: 4, Ino: 4026532177}}}, allocator.NetnsJudgeView{})
 
-var testPolicy = Policy{Misses: 3, Grace: 2 * time.Minute, MinAge: 5 * time.Minute, NetnsGrace: 0, MaxReclaimFraction: DefaultMaxReclaimFraction}
+var testPolicy = Policy{Misses: 3, Grace: 2 * time.Minute, MinAge: 5 * time.Minute, NetnsGrace: 0, MaxReclaimFraction: DefaultMaxFraction}
 
 // netnsGracePolicy is testPolicy with a 30s --netns-grace.
 var netnsGracePolicy = func() Policy { p := testPolicy; p.NetnsGrace = 30 * time.Second; return p }()

@@ -21,7 +21,7 @@ func sweepSeq(t *testing.T, p Policy, r *allocator.Record, netnsGone bool, times
 	for i, now := range times {
 		d := decide1(p, Candidate{Record: &rec, NetnsGone: netnsGone}, criAt(now), APIView{}, now)
 		ds = append(ds, d)
-		if d.Action == Reclaim {
+		if d.Action == Release {
 			return i, ds
 		}
 		rec.Obs = d.Obs
@@ -74,9 +74,9 @@ func TestDecideTimeline(t *testing.T) {
 			}
 			if got >= 0 {
 				d := ds[got]
-				want := ReclaimSandboxAbsent
+				want := ReleaseSandboxAbsent
 				if tc.netnsGone {
-					want = ReclaimNetnsGone
+					want = ReleaseNetnsGone
 				}
 				if d.Reason != want || !tc.netnsGone && d.Obs.Misses < testPolicy.Misses {
 					t.Fatalf("reclaim reason %q misses %d, want %q and >= %d", d.Reason, d.Obs.Misses, want, testPolicy.Misses)
@@ -150,7 +150,7 @@ func TestDecideCRIOutageKeepsCount(t *testing.T) {
 		rec.Obs = d.Obs
 	}
 	now := late.Add(20 * time.Minute)
-	if d := decide1(testPolicy, Candidate{Record: &rec}, criAt(now), APIView{}, now); d.Action != Reclaim || d.Obs.Misses != 3 {
+	if d := decide1(testPolicy, Candidate{Record: &rec}, criAt(now), APIView{}, now); d.Action != Release || d.Obs.Misses != 3 {
 		t.Fatalf("first good list after the outage: %v %q misses %d, want reclaim at 3 misses", d.Action, d.Reason, d.Obs.Misses)
 	}
 }

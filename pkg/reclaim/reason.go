@@ -35,23 +35,23 @@ const (
 // Reasons to reclaim a record: label values of hostlease_reclaims_total
 // (docs/contracts.md).
 const (
-	// ReclaimSandboxAbsent: absent for --misses sweeps and --grace, older
+	// ReleaseSandboxAbsent: absent for --misses sweeps and --grace, older
 	// than --min-age, no veto, within the guard.
-	ReclaimSandboxAbsent Reason = "sandbox_absent"
-	// ReclaimNetnsGone: absent and its netns is gone (proof of death).
-	ReclaimNetnsGone Reason = "netns_gone"
-	// ReclaimPredatesBoot: absent and written before the node's last boot
+	ReleaseSandboxAbsent Reason = "sandbox_absent"
+	// ReleaseNetnsGone: absent and its netns is gone (proof of death).
+	ReleaseNetnsGone Reason = "netns_gone"
+	// ReleasePredatesBoot: absent and written before the node's last boot
 	// (proof of death).
-	ReclaimPredatesBoot Reason = "predates_boot"
-	// ReclaimHostLocalGone: imported from host-local, whose reservation file
+	ReleasePredatesBoot Reason = "predates_boot"
+	// ReleaseHostLocalGone: imported from host-local, whose reservation file
 	// was removed since.
-	ReclaimHostLocalGone Reason = "host_local_gone"
-	// ReclaimManual: released by `hostlease-gc release`.
-	ReclaimManual Reason = "manual"
+	ReleaseHostLocalGone Reason = "host_local_gone"
+	// ReleaseManual: released by `hostlease-gc release`.
+	ReleaseManual Reason = "manual"
 )
 
-// ReclaimReasons are every reclaim reason, in the order metrics list them.
-var ReclaimReasons = []Reason{ReclaimSandboxAbsent, ReclaimNetnsGone, ReclaimPredatesBoot, ReclaimHostLocalGone, ReclaimManual}
+// ReleaseReasons are every reclaim reason, in the order metrics list them.
+var ReleaseReasons = []Reason{ReleaseSandboxAbsent, ReleaseNetnsGone, ReleasePredatesBoot, ReleaseHostLocalGone, ReleaseManual}
 
 // IsLeakCandidate is the one meaning of "leak candidate", shared by the
 // hostlease_leak_candidates gauge, `hostlease-gc status` and `leaks`: a

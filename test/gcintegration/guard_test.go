@@ -16,7 +16,7 @@ import (
 
 // defaultGuard is the shipped --max-reclaim-fraction (the harness's base
 // flags turn the guard off for the small nodes of the other tests).
-var defaultGuard = []string{"--max-reclaim-fraction", strconv.FormatFloat(reclaim.DefaultMaxReclaimFraction, 'g', -1, 64)}
+var defaultGuard = []string{"--max-reclaim-fraction", strconv.FormatFloat(reclaim.DefaultMaxFraction, 'g', -1, 64)}
 
 // A daemon pointed at the wrong runtime socket on a default node: the runtime
 // answers, lists sandboxes, but none of ours, while 100 pods hold addresses of

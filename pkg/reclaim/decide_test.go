@@ -1,22 +1,20 @@
-package daemon
+package reclaim
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
-	"github.com/hostlease/hostlease/pkg/allocator/store"
-	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
-// The decide stage as a pure function of plain values: a report as observe
-// leaves it (snapshots, candidates, CRI view), the addresses READY sandboxes
-// use, the API view and --dry-run in; verdicts, re-reservations, conflicts,
-// store plans and rebuilds out.
+// A sweep's decisions on one network as pure functions of plain values, in
+// the sweep's order (Reconcile, Judge, NeedsAPI, Settle, PlanStore; and
+// ShouldRebuild for an unreadable store): the records with their proofs,
+// the CRI view, the addresses READY sandboxes use, the API view and
+// --dry-run in; verdicts, re-reservations, conflicts, store plans and
+// rebuilds out.
 
 // planRec is a committed record of sandbox id at 10.1.0.<100+i>, created an
 // hour before late; opts may mark it absent for two sweeps (due at late).
@@ -29,14 +27,14 @@ func planRec(i int, id string, mods ...func(*allocator.Record)) *allocator.Recor
 var absentTwice = missed(2, late.Add(-5*time.Minute))
 
 type planCase struct {
-	name    string
-	recs    []*allocator.Record
-	proven  map[string]bool // sandbox IDs whose netns is gone
-	cri     reclaim.CRIView
-	uses    []reclaim.Use
-	api     reclaim.APIView
-	dryRun  bool
-	readErr error // the store's read error
+	name       string
+	recs       []*allocator.Record
+	proven     map[string]bool // sandbox IDs whose netns is gone
+	cri        CRIView
+	uses       []Use
+	api        APIView
+	dryRun     bool
+	unreadable bool // the store could not be read: only a rebuild is decided
 	// observed facts that lead to writes
 	hostLocalGone, indexesChanged bool
 
@@ -49,10 +47,10 @@ type planCase struct {
 }
 
 func TestDecidePlanTable(t *testing.T) {
-	ready := func(id string, ips ...netip.Addr) reclaim.Sandbox {
-		return reclaim.Sandbox{ID: id, State: reclaim.SandboxReady, IPs: ips}
+	ready := func(id string, ips ...netip.Addr) Sandbox {
+		return Sandbox{ID: id, State: SandboxReady, IPs: ips}
 	}
-	cri := criAt(late, ready("sb-live"), ready("sb-new", addr("10.1.0.103")), reclaim.Sandbox{ID: "sb-stopped", State: reclaim.SandboxNotReady})
+	cri := criAt(late, ready("sb-live"), ready("sb-new", addr("10.1.0.103")), Sandbox{ID: "sb-stopped", State: SandboxNotReady})
 	live := planRec(1, "sb-live")
 	newRec := planRec(3, "sb-new", pending)
 	stopped := planRec(4, "sb-stopped")
@@ -65,12 +63,11 @@ func TestDecidePlanTable(t *testing.T) {
 	// Every record's observation changes on this first look but the
 	// reclaims': all written.
 	baseWrites := []string{"sb-live", "sb-new", "sb-stopped", "sb-leak", "sb-young", "sb-gone"}
-	uses := []reclaim.Use{
-		{Sandbox: reclaim.CRISandbox{ID: "sb-ghost", State: reclaim.SandboxReady}, IP: addr("10.1.0.20")}, // unrecorded
-		{Sandbox: reclaim.CRISandbox{ID: "sb-twin", State: reclaim.SandboxReady}, IP: live.IP},            // held by READY sb-live
-		{Sandbox: reclaim.CRISandbox{ID: "sb-thief", State: reclaim.SandboxReady}, IP: leak.IP},           // held by absent sb-leak
+	uses := []Use{
+		{Sandbox: CRISandbox{ID: "sb-ghost", State: SandboxReady}, IP: addr("10.1.0.20")}, // unrecorded
+		{Sandbox: CRISandbox{ID: "sb-twin", State: SandboxReady}, IP: live.IP},            // held by READY sb-live
+		{Sandbox: CRISandbox{ID: "sb-thief", State: SandboxReady}, IP: leak.IP},           // held by absent sb-leak
 	}
-	unreadable := fmt.Errorf("open store: %w", store.ErrUnreadable)
 	cases := []planCase{
 		{name: "reclaims, keeps, commits; re-reserves and reports a conflict",
 			recs: base, proven: map[string]bool{"sb-gone": true}, cri: cri, uses: uses,
@@ -83,10 +80,10 @@ func TestDecidePlanTable(t *testing.T) {
 			wantReReserve: []string{"10.1.0.20", "10.1.0.105"}, wantConflicts: []string{"10.1.0.101"}},
 		{name: "the API server vetoes what a live pod lists, never a proven reclaim",
 			recs: base, proven: map[string]bool{"sb-gone": true}, cri: cri,
-			api:         apiWith(reclaim.Pod{UID: "uid-sb-leak", Namespace: "default", Name: "web-0", IPs: []netip.Addr{leak.IP}}),
+			api:         apiWith(Pod{UID: "uid-sb-leak", Namespace: "default", Name: "web-0", IPs: []netip.Addr{leak.IP}}),
 			wantActions: map[string]string{"sb-leak": "vetoed", "sb-gone": "reclaim:netns_gone"}, wantNeedsAPI: true, wantWrites: baseWrites},
 		{name: "an unreadable API server keeps the reclaims without proof",
-			recs: base, cri: cri, api: reclaim.APIView{Enabled: true},
+			recs: base, cri: cri, api: APIView{Enabled: true},
 			wantActions: map[string]string{"sb-leak": "api_unavailable", "sb-gone": "absent"}, wantNeedsAPI: true, wantWrites: baseWrites},
 		{name: "proof of death needs no API server",
 			recs: []*allocator.Record{live, gone}, proven: map[string]bool{"sb-gone": true}, cri: cri,
@@ -97,20 +94,19 @@ func TestDecidePlanTable(t *testing.T) {
 			wantActions:  map[string]string{"a": "guarded", "b": "guarded", "c": "guarded", "sb-gone": "reclaim:netns_gone"},
 			wantNeedsAPI: true, wantGuarded: true, wantWrites: []string{"a", "b", "c", "sb-gone"}},
 		{name: "an incomplete CRI answer decides nothing and re-reserves nothing",
-			recs: base, cri: reclaim.CRIView{Why: "deadline exceeded", ListedAt: late}, uses: uses,
+			recs: base, cri: CRIView{Why: "deadline exceeded", ListedAt: late}, uses: uses,
 			wantActions: map[string]string{"sb-live": "cri_unavailable", "sb-leak": "cri_unavailable"},
 			wantWrites:  baseWrites},
 		{name: "host-local files gone and disagreeing indexes are written",
 			recs: []*allocator.Record{live}, cri: cri, hostLocalGone: true, indexesChanged: true,
 			wantActions: map[string]string{"sb-live": "live"}, wantWrites: []string{"sb-live"}, wantHostLocal: true, wantRepair: true},
 		{name: "an unreadable store is rebuilt with a complete CRI answer",
-			readErr: unreadable, cri: cri, wantRebuild: true},
+			unreadable: true, cri: cri, wantRebuild: true},
 		{name: "an unreadable store is not rebuilt without a complete CRI answer",
-			readErr: unreadable, cri: reclaim.CRIView{Why: "x"}},
+			unreadable: true, cri: CRIView{Why: "x"}},
 		{name: "an unreadable store is not rebuilt in a dry run",
-			readErr: unreadable, cri: cri, dryRun: true},
-		{name: "a store with an environment error is never rebuilt",
-			readErr: &store.IOError{Op: "open", Path: "x.db", Err: syscall.EROFS}, cri: cri},
+			unreadable: true, cri: cri, dryRun: true},
+		{name: "a readable store is not rebuilt", cri: cri},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { checkPlan(t, tc) })
@@ -119,33 +115,30 @@ func TestDecidePlanTable(t *testing.T) {
 
 func checkPlan(t *testing.T, tc planCase) {
 	t.Helper()
-	nr := &NetworkReport{Network: testNet, Err: tc.readErr, hostLocalGone: tc.hostLocalGone}
-	if tc.readErr == nil {
-		snap := &Snapshot{Records: tc.recs, RangeSets: testRanges}
-		snap.Indexes.OwnerAdded = map[bool]int{true: 1}[tc.indexesChanged]
-		nr.Snapshot = snap
-		for _, r := range tc.recs {
-			nr.cands = append(nr.cands, reclaim.Candidate{Record: r, NetnsGone: tc.proven[r.ContainerID]})
-		}
+	if got := ShouldRebuild(tc.unreadable, tc.cri, tc.dryRun); got != tc.wantRebuild {
+		t.Errorf("ShouldRebuild = %v, want %v", got, tc.wantRebuild)
 	}
-	rep := &SweepReport{DryRun: tc.dryRun, CRI: tc.cri, Networks: []*NetworkReport{nr}}
-	planStores(rep)
-	judgeNetworks(rep, tc.uses, testPolicy, late)
-	if got := needsAPI(rep); got != tc.wantNeedsAPI {
-		t.Errorf("needsAPI = %v, want %v", got, tc.wantNeedsAPI)
+	if tc.unreadable {
+		return
 	}
-	rep.API = tc.api
-	settleNetworks(rep, testPolicy, reclaim.MaxInfoWrites, late)
+	var cands []Candidate
+	for _, r := range tc.recs {
+		cands = append(cands, Candidate{Record: r, NetnsGone: tc.proven[r.ContainerID]})
+	}
+	rereserve := Reconcile(tc.uses, tc.recs, nil, testRanges, tc.cri)
+	v := Judge(testPolicy, cands, tc.cri, late)
+	if got := v.NeedsAPI(); got != tc.wantNeedsAPI {
+		t.Errorf("NeedsAPI = %v, want %v", got, tc.wantNeedsAPI)
+	}
+	Settle(&v, testPolicy, len(tc.recs), tc.api)
+	p := PlanStore(&v, rereserve, StoreFacts{IndexesChanged: tc.indexesChanged, HostLocalGone: tc.hostLocalGone}, MaxInfoWrites, tc.dryRun)
 
-	if nr.rebuild != tc.wantRebuild || rep.cleanTemp == tc.dryRun {
-		t.Errorf("rebuild %v cleanTemp %v, want %v %v", nr.rebuild, rep.cleanTemp, tc.wantRebuild, !tc.dryRun)
-	}
 	got := map[string]string{}
-	for _, d := range nr.Verdict.Decisions {
+	for _, d := range v.Decisions {
 		switch d.Action {
-		case reclaim.Reclaim:
+		case Release:
 			got[d.Record.ContainerID] = "reclaim:" + string(d.Reason)
-		case reclaim.MarkCommitted:
+		case MarkCommitted:
 			got[d.Record.ContainerID] = "commit"
 		default:
 			got[d.Record.ContainerID] = string(d.Reason)
@@ -156,33 +149,32 @@ func checkPlan(t *testing.T, tc planCase) {
 			t.Errorf("%s: %q, want %q", id, got[id], want)
 		}
 	}
-	if nr.Verdict.Guarded != tc.wantGuarded {
-		t.Errorf("guarded %v, want %v", nr.Verdict.Guarded, tc.wantGuarded)
+	if v.Guarded != tc.wantGuarded {
+		t.Errorf("guarded %v, want %v", v.Guarded, tc.wantGuarded)
 	}
-	var rereserve, conflicts []string
-	for _, rr := range nr.ReReserve {
-		if rr.Conflict {
-			conflicts = append(conflicts, rr.IP.String())
+	var rr, conflicts []string
+	for _, r := range rereserve {
+		if r.Conflict {
+			conflicts = append(conflicts, r.IP.String())
 		} else {
-			rereserve = append(rereserve, rr.IP.String())
+			rr = append(rr, r.IP.String())
 		}
 	}
-	if !slices.Equal(rereserve, tc.wantReReserve) || !slices.Equal(conflicts, tc.wantConflicts) {
-		t.Errorf("re-reserve %v conflicts %v, want %v %v", rereserve, conflicts, tc.wantReReserve, tc.wantConflicts)
+	if !slices.Equal(rr, tc.wantReReserve) || !slices.Equal(conflicts, tc.wantConflicts) {
+		t.Errorf("re-reserve %v conflicts %v, want %v %v", rr, conflicts, tc.wantReReserve, tc.wantConflicts)
 	}
 	var writes []string
-	for _, w := range nr.plan.writes {
-		writes = append(writes, w.d.Record.ContainerID)
+	for _, i := range p.Writes {
+		writes = append(writes, v.Decisions[i].Record.ContainerID)
 	}
 	if !slices.Equal(writes, tc.wantWrites) {
 		t.Errorf("writes %v, want %v", writes, tc.wantWrites)
 	}
-	p := nr.plan
-	if len(p.reReserve) != tc.wantPlanned || p.releaseHostLocal != tc.wantHostLocal || p.repairIndexes != tc.wantRepair {
+	if len(p.ReReserve) != tc.wantPlanned || p.ReleaseHostLocal != tc.wantHostLocal || p.RepairIndexes != tc.wantRepair {
 		t.Errorf("plan: %d re-reservations, host-local %v, repair %v; want %d %v %v",
-			len(p.reReserve), p.releaseHostLocal, p.repairIndexes, tc.wantPlanned, tc.wantHostLocal, tc.wantRepair)
+			len(p.ReReserve), p.ReleaseHostLocal, p.RepairIndexes, tc.wantPlanned, tc.wantHostLocal, tc.wantRepair)
 	}
-	if tc.dryRun && !p.empty() {
+	if tc.dryRun && !p.Empty() {
 		t.Errorf("a dry run planned writes: %+v", p)
 	}
 }
