@@ -18,7 +18,7 @@ import (
 // A sweep is a pipeline of plain values (docs/architecture.md, "The path of
 // a sweep"): observe (observe.go: the stores' snapshots, CRI, the node's
 // netns and host-local files, then the API server when a reclaim could be
-// vetoed) → decide (decide.go, policy.go: pure functions of what was
+// vetoed) → decide (decide.go: pkg/reclaim's pure functions of what was
 // observed, --dry-run and the clock) → act (act.go: the writes and rebuilds
 // the plan holds; a dry run's plan holds none) → report (report.go: logs and
 // Events; metrics.go: the collector that exports the last report).
