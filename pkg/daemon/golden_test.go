@@ -28,7 +28,8 @@ import (
 var updateGolden = flag.Bool("update", false, "rewrite testdata/golden from the code")
 
 // goldenSourceDirs are the directories whose production code the string
-// golden covers.
+// golden covers: this package and pkg/reclaim, the daemon's judgement, whose
+// reasons, details and proof texts the daemon logs, audits and posts.
 var goldenSourceDirs = []string{".", "../reclaim"}
 
 // goldenSkipFiles are files whose strings are HTTP plumbing, not a contract
