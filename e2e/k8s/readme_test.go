@@ -66,13 +66,25 @@ func TestReadmeProceduresParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range [][]string{{"## Quick start", "### Helm"}, {"## Uninstall"}} {
-		steps, err := ReadmeProcedure(string(b), p...)
+	for _, p := range []struct {
+		path       []string
+		first, run int // the steps TestQuickStartHelm runs, each with a command
+	}{
+		{[]string{"## Quick start", "### Helm"}, 1, 5},
+		{[]string{"## Uninstall"}, 2, 4},
+	} {
+		steps, err := ReadmeProcedure(string(b), p.path...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range steps {
-			t.Logf("%v step %d: %q alternatives %q", p, s.N, s.Cmds, s.Alternatives)
+			t.Logf("%v step %d: %q alternatives %q", p.path, s.N, s.Cmds, s.Alternatives)
+			if s.N >= p.first && s.N <= p.run && len(s.Cmds) == 0 {
+				t.Errorf("%v step %d has no command", p.path, s.N)
+			}
+		}
+		if len(steps) < p.run {
+			t.Errorf("%v has %d steps, TestQuickStartHelm runs up to %d", p.path, len(steps), p.run)
 		}
 	}
 }
