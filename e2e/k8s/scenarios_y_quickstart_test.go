@@ -314,6 +314,7 @@ func TestQuickStartHelm(t *testing.T) {
 	}
 	for _, l := range lines {
 		img, id, _ := strings.Cut(l, " ")
+		t.Logf("DaemonSet pod: image %s, imageID %s", img, id)
 		if img != want || !strings.HasPrefix(id, reg+"/hostlease@sha256:") {
 			t.Errorf("container image %q (imageID %q): want %s pulled from %s", img, id, want, reg)
 		}
@@ -328,6 +329,7 @@ func TestQuickStartHelm(t *testing.T) {
 	apply(t, c, deployment(ns, "qs", 1))
 	t.Cleanup(func() { deleteNamespace(t, c, ns) })
 	first := waitPodsRunning(t, c, ns, 1)[0]
+	t.Logf("pod %s: %s", first.Name, first.IP)
 	waitUntil(t, time.Minute, "a committed record for "+first.Name, func() (bool, string) {
 		for _, rec := range records(t) {
 			if rec.PodUID == first.UID && rec.State == allocator.StateCommitted && rec.IP.String() == first.IP {
@@ -393,6 +395,12 @@ func TestQuickStartHelm(t *testing.T) {
 		}
 		if p.UID == first.UID && p.IP != first.IP {
 			t.Errorf("%s changed address: %s, was %s", p.Name, p.IP, first.IP)
+		}
+		if p.UID != first.UID {
+			if _, err := os.Stat(filepath.Join(CNIDataDir, PodNetwork, p.IP)); err != nil {
+				t.Errorf("%s's address %s is not host-local's: %v", p.Name, p.IP, err)
+			}
+			t.Logf("after Uninstall, host-local gave %s %s", p.Name, p.IP)
 		}
 	}
 }
