@@ -72,6 +72,7 @@ func TestReadmeProceduresParse(t *testing.T) {
 	}{
 		{[]string{"## Quick start", "### Helm"}, 1, 5},
 		{[]string{"## Uninstall"}, 2, 4},
+		{[]string{"## Upgrade"}, 2, 3},
 	} {
 		steps, err := ReadmeProcedure(string(b), p.path...)
 		if err != nil {

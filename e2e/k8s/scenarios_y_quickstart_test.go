@@ -227,6 +227,9 @@ func TestQuickStartHelm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := ReadmeProcedure(string(readme), "## Upgrade"); err != nil {
+		t.Fatal(err)
+	}
 	if len(quick) < 5 || len(uninstall) < 4 {
 		t.Fatalf("README: Quick start → Helm has %d steps, Uninstall %d; this test runs steps 1-5 and 1-4", len(quick), len(uninstall))
 	}
@@ -338,6 +341,8 @@ func TestQuickStartHelm(t *testing.T) {
 		}
 		return false, "none"
 	})
+
+	quickStartUpgrade(t, c, sh, string(readme), rel, reg)
 
 	// Uninstall step 1: the node's conflist off hostlease, by README's Roll
 	// back to host-local (cordon, export, host-local, uncordon); the
@@ -518,10 +523,57 @@ func restoreNodeAfterQuickStart(t testing.TB, c *Cluster, helm string) {
 	if err := os.MkdirAll(CNIDataDir, 0o755); err != nil {
 		t.Error(err)
 	}
-	for _, d := range []string{"quickstart", "quickstart-bin", "quickstart-release-bin"} {
-		os.RemoveAll(filepath.Join(Root, d))
+	leftovers, _ := filepath.Glob(filepath.Join(Root, "quickstart*"))
+	for _, d := range leftovers {
+		os.RemoveAll(d)
 	}
 	if out, err := c.Kubectl("delete", "namespace", SysNamespace, "--ignore-not-found", "--wait", "--timeout=100s"); err != nil {
 		t.Errorf("%v\n%s", err, out)
+	}
+}
+
+// quickStartUpgrade runs README's Upgrade steps 2-3 as written after the
+// Quick start, to a "new release": the same image under another tag (step
+// 1, pushing the new release's image, is step 2 of the Quick start, shown
+// above) and the release's chart packaged with that version. The upgrade
+// must keep what the Quick start's install set (the registry, the node's
+// paths) and move the DaemonSet to the new tag.
+func quickStartUpgrade(t testing.TB, c *Cluster, sh procedureRunner, readme string, rel release, reg string) {
+	t.Helper()
+	steps, err := ReadmeProcedure(readme, "## Upgrade")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) < 3 {
+		t.Fatalf("README Upgrade has %d steps, want 3", len(steps))
+	}
+	next := release{dir: sh.dir, version: "v9.9.9-e2e", chartVersion: "9.9.9-e2e"}
+	sh.run(t, "Upgrade step 1 (the new release's image)", []string{
+		"crane copy " + reg + "/hostlease:" + rel.version + " " + reg + "/hostlease:" + next.version,
+		"mkdir -p next && tar -C next -xzf hostlease-" + rel.chartVersion + ".tgz",
+		"helm package next/hostlease --version " + next.chartVersion + " --app-version " + next.version + " --destination .",
+		"rm -r next",
+	})
+	for _, s := range steps[1:3] {
+		var cmds []string
+		for _, cmd := range s.Cmds {
+			cmds = append(cmds, Substitute(cmd, next.version, next.chartVersion, reg))
+		}
+		if len(cmds) == 0 {
+			t.Fatalf("README Upgrade step %d has no command:\n%s", s.N, s.Text)
+		}
+		sh.run(t, fmt.Sprintf("Upgrade step %d", s.N), cmds)
+	}
+	waitDaemonSetReady(t, c)
+	got := kubectl(t, c, "-n", SysNamespace, "get", "ds", DaemonSetName, "-o",
+		`jsonpath={.spec.template.spec.initContainers[0].image} {.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].args}`)
+	t.Logf("after Upgrade: %s", got)
+	want := reg + "/hostlease:" + next.version
+	f := strings.Fields(got)
+	if len(f) < 3 || f[0] != want || f[1] != want {
+		t.Errorf("after Upgrade the DaemonSet runs %q, want %s", got, want)
+	}
+	if !strings.Contains(got, "--data-dir="+CNIDataDir) {
+		t.Errorf("the upgrade dropped the install's values (data dir %s): %s", CNIDataDir, got)
 	}
 }
