@@ -194,9 +194,10 @@ func (p procedureRunner) run(t testing.TB, what string, cmds []string) string {
 	return string(out)
 }
 
-// Scenario (README's Quick start with Helm, then its Uninstall, as written):
-// the commands of README.md's "Quick start → Helm" steps 1-5 and
-// "Uninstall" steps 2-4, read from the README at test time, run with bash
+// Scenario (README's Quick start with Helm, Upgrade and Uninstall, as
+// written): the commands of README.md's "Quick start → Helm" steps 1-5,
+// "Upgrade" steps 2-3 and "Uninstall" steps 2-4, read from the README at
+// test time, run with bash
 // against one `make release` output and a registry on loopback, V, C and
 // REG substituted, and the node's own directories for /opt/cni/bin and
 // /var/lib/cni/hostlease. Two additions, both named in the README: skopeo
@@ -205,7 +206,8 @@ func (p procedureRunner) run(t testing.TB, what string, cmds []string) string {
 // comments). Checked: the checksums; the image pushed by skopeo and by the
 // crane alternative; the DaemonSet rolled out with its image pulled from the
 // registry; the release's plugin installed on the node; a pod's address
-// committed by hostlease; after Roll back (to host-local) and Uninstall: no
+// committed by hostlease; the upgrade to a new tag keeping the install's
+// values; after Roll back (to host-local) and Uninstall: no
 // object of the release, no namespace, no plugin, no store, host-local's
 // reservations kept and honoured by a new pod.
 func TestQuickStartHelm(t *testing.T) {
