@@ -12,7 +12,7 @@ export GOFLAGS     ?= -buildvcs=false
 # Packages for unit and integration tests (e2e runs on its own, last).
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /e2e)
 
-.PHONY: all build release test setup unit e2e e2e-setup e2e-k8s e2e-crio crio-setup k8s-setup helm-setup bench bench-k8s lint vet fmt clean demo demo-k8s tools
+.PHONY: all build release test setup unit e2e e2e-setup e2e-k8s e2e-crio crio-setup k8s-setup helm-setup registry-setup bench bench-k8s lint vet fmt clean demo demo-k8s tools
 
 all: build
 
@@ -80,6 +80,11 @@ k8s-setup:
 # module proxy in a throwaway module and cached; the tests run it themselves.
 helm-setup:
 	bash hack/helm-setup.sh
+
+# crane (go-containerregistry, built and cached) and Debian's skopeo, for
+# README's Quick start run as written on the real node (TestQuickStartHelm).
+registry-setup:
+	bash hack/registry-setup.sh
 
 # CRI-O v1.36.3 and pinns (CGO_ENABLED=0), conmon, crun and skopeo from apt
 # (hack/crio-setup.sh; cached under /var/cache/hostlease-crio/bin; about 5 min of CPU cold).

@@ -31,6 +31,17 @@ summary() { grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|\s+[a-z_]+\.go:[0-9]+:)'; 
 # module proxy).
 bash hack/k8s-setup.sh || exit 1
 bash hack/multus-setup.sh >/dev/null || exit 1
+# TestQuickStartHelm runs README's Quick start on one release with crane and
+# skopeo (built/installed here, never inside the test).
+bash hack/registry-setup.sh >/dev/null || exit 1
+# HOSTLEASE_K8S_RELEASE: a release directory of your own instead (used as is).
+if [ -z "${HOSTLEASE_K8S_RELEASE:-}" ]; then
+	mkdir -p bin && rm -rf bin/e2e-k8s-release
+	make --no-print-directory release DIST=bin/e2e-k8s-release GO="$GO" >/dev/null 2>bin/e2e-k8s-release.log ||
+		{ cat bin/e2e-k8s-release.log; exit 1; }
+	HOSTLEASE_K8S_RELEASE=$PWD/bin/e2e-k8s-release
+fi
+export HOSTLEASE_K8S_RELEASE
 mkdir -p bin
 $GO test -c -o "$test_bin" ./e2e/k8s/ || exit 1
 t0=$SECONDS

@@ -16,8 +16,10 @@
 #   9. the release's artefacts once, into a scratch dir (make release: the
 #      arm64 cross-build, the chart package, the multi-arch image), so that
 #      deploy/release_test.go finds them in the build cache
+#  10. crane and skopeo, the registry tools of README's Quick start that
+#      e2e/k8s runs as written (hack/registry-setup.sh)
 #
-# Nothing here runs a test. Root is needed for 1-4 and 6 (apt-get, caches
+# Nothing here runs a test. Root is needed for 1-6, 9 and 10 (apt-get, caches
 # under /var/cache); as another user the steps that need root are skipped
 # with a line that says so (the suites that need them skip too).
 # Each step's own output is streamed, indented; its time goes to stdout and
@@ -31,7 +33,7 @@ root=0
 [ "$(id -u)" = 0 ] && root=1
 T0=$SECONDS
 rc=0
-N=9 # steps
+N=10 # steps
 step() { # step N NAME CMD...: CMD's output streamed, indented
 	local n=$1 name=$2 t0=$SECONDS
 	shift 2
@@ -99,6 +101,12 @@ if [ "$root" = 1 ]; then
 	step 9 "release artefacts (cross-built binaries, chart, image)" release_once
 else
 	needs_root 9 "release artefacts (helm is built as root)"
+fi
+
+if [ "$root" = 1 ]; then
+	step 10 "crane and skopeo (README's Quick start)" bash hack/registry-setup.sh
+else
+	needs_root 10 "crane and skopeo (README's Quick start)"
 fi
 
 echo "setup: $([ "$rc" = 0 ] && echo done || echo FAILED) in $((SECONDS - T0))s"
