@@ -180,9 +180,19 @@ func TestDaemonSet(t *testing.T) {
 			if metricsPort == nil || fmt.Sprint(metricsPort.ContainerPort) != port || port != "9734" {
 				t.Errorf("container port metrics = %v, want %s (from --metrics-addr) = 9734", metricsPort, port)
 			}
-			for probe, path := range map[*corev1.Probe]string{gcC.LivenessProbe: "/healthz", gcC.ReadinessProbe: "/readyz"} {
-				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.String() != "metrics" {
-					t.Errorf("probe for %s: %+v", path, probe)
+			// The probes ask the daemon's own unix socket (exec), never the
+			// metrics port, where hostNetwork pods share the kubelet's address.
+			if o.ProbeSocket == "" || filepath.Dir(o.ProbeSocket) != "/tmp" {
+				t.Errorf("--probe-socket = %q, want a socket in the pod's /tmp emptyDir", o.ProbeSocket)
+			}
+			for probe, what := range map[*corev1.Probe]string{gcC.LivenessProbe: "healthz", gcC.ReadinessProbe: "readyz"} {
+				want := []string{gcC.Command[0], "probe", what, "--socket=" + o.ProbeSocket}
+				if probe == nil || probe.Exec == nil || len(probe.Exec.Command) < len(want) || !slices.Equal(probe.Exec.Command[:len(want)], want) {
+					t.Errorf("probe for %s: %+v; want exec %v", what, probe, want)
+					continue
+				}
+				if probe.HTTPGet != nil || probe.TimeoutSeconds < 5 {
+					t.Errorf("probe for %s: %+v; want exec only, timeoutSeconds >= 5 (above the probe's --timeout)", what, probe)
 				}
 			}
 			if n := gcC.Env; len(n) == 0 || func() bool {

@@ -137,6 +137,7 @@ Exit status: see 'hostlease-gc --help'.
 		rebuildCmd(stdout),
 		installCNICmd(stdout, stderr),
 		doctorCmd(stdout, stderr),
+		probeCmd(stdout),
 		versionCmd(stdout),
 	)
 	return root

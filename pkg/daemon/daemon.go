@@ -93,6 +93,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer srv.Close()
 		d.Sweeper.Log.Info("serving metrics", "addr", ln.Addr().String())
 	}
+	if o.ProbeSocket != "" {
+		ln, err := listenProbeSocket(o.ProbeSocket)
+		if err != nil {
+			return err
+		}
+		srv := d.newProbeServer()
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		d.Sweeper.Log.Info("serving probes", "socket", o.ProbeSocket)
+	}
 	d.Sweeper.Log.Info("hostlease-gc started", "version", Version, "dataDir", o.DataDir, "cri", o.CRIEndpoint,
 		"interval", o.Interval, "misses", o.Misses, "grace", o.Grace, "minAge", o.MinAge, "dryRun", o.DryRun, "api", d.Sweeper.Kube != nil)
 	ticker := time.NewTicker(o.Interval)
@@ -183,6 +193,13 @@ func (d *Daemon) Handler() http.Handler {
 	sh := newScrapeHandler(d.Registry)
 	d.scrapes.Store(sh)
 	mux.Handle("/metrics", sh)
+	d.handleProbes(mux)
+	return mux
+}
+
+// handleProbes registers /healthz and /readyz on mux (the TCP listener's and
+// the probe socket's).
+func (d *Daemon) handleProbes(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		last := time.Unix(0, d.lastSweep.Load())
 		if d.lastSweep.Load() != 0 && time.Since(last) > 3*d.Sweeper.Opts.Interval+2*criTimeout {
@@ -204,7 +221,6 @@ func (d *Daemon) Handler() http.Handler {
 			_, _ = w.Write([]byte("ok\n"))
 		}
 	})
-	return mux
 }
 
 // modTime is the file's mtime, or the zero time when it cannot be read. A

@@ -22,6 +22,9 @@ type Options struct {
 	MaxReclaimFraction float64
 	DryRun             bool
 	MetricsAddr        string
+	// ProbeSocket is a unix socket serving /healthz and /readyz to exec
+	// probes (probe.go); empty: none.
+	ProbeSocket string
 	// HTTP bounds the listener at MetricsAddr. Validate refuses zero
 	// fields (net/http reads a zero timeout as none).
 	HTTP       HTTPLimits
@@ -72,6 +75,7 @@ func RegisterRunFlags(fs *flag.FlagSet) *Options {
 	fs.Float64Var(&o.MaxReclaimFraction, "max-reclaim-fraction", reclaim.DefaultMaxFraction, "refuse a sweep that would reclaim, without proof of death, more than this fraction of the records a network holds (0 < f <= 1; at least one record is always allowed)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "report what would be reclaimed and change nothing")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address serving /metrics, /healthz and /readyz (empty disables)")
+	fs.StringVar(&o.ProbeSocket, "probe-socket", "", "unix socket serving /healthz and /readyz to exec probes (hostlease-gc probe), where no other client competes with the kubelet; a socket left at the path by an earlier run is replaced, anything else refused (empty disables)")
 	fs.IntVar(&o.HTTP.MaxConns, "http-max-connections", DefaultHTTPMaxConns, "connections the metrics listener holds at most; beyond, one of the client address holding the most is closed to make room (idle first, then one being served, one still sending its header last)")
 	fs.IntVar(&o.HTTP.MaxConnsPerClient, "http-max-connections-per-client", DefaultHTTPMaxConnsPerClient, "connections one client address holds at most on the metrics listener (at most --http-max-connections); beyond, one of its own is closed to make room")
 	fs.DurationVar(&o.HTTP.ReadHeaderTimeout, "http-read-header-timeout", DefaultHTTPReadHeaderTimeout, "close a metrics-listener connection whose request header is not complete in this time")

@@ -2,10 +2,13 @@ package gcintegration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,7 +53,7 @@ var nodeSrc = net.ParseIP("127.0.0.1")
 // The kubelet's liveness probe stays green while a pod floods the listener
 // with connections that pipeline /metrics, read slowly and keep connecting.
 // (A flood from the node's own address, which the kubelet shares with
-// hostNetwork pods, is not covered: see docs/contracts.md.)
+// hostNetwork pods: TestProbesGreenUnderFloodFromTheNodeAddress.)
 func TestListenerFairUnderPipelinedMetricsFlood(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -96,6 +99,55 @@ func TestListenerFairUnderPipelinedMetricsFlood(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A flood from the node's own address (a hostNetwork pod shares it with the
+// kubelet) cannot be told from the kubelet on the TCP listener. The
+// DaemonSet's probes are exec probes over the pod's own unix socket
+// (`hostlease-gc probe`, `run --probe-socket`): they stay green however the
+// metrics port is flooded. The TCP probes from the same address are only
+// logged, for contrast.
+func TestProbesGreenUnderFloodFromTheNodeAddress(t *testing.T) {
+	n := newNode(t, 4)
+	sock := filepath.Join(t.TempDir(), "probe.sock")
+	d := n.startDaemon("--probe-socket", sock)
+	eventually(t, "a sweep", func() (bool, string) {
+		v := d.scrape().sweeps()
+		return v >= 1, fmt.Sprintf("sweeps %v", v)
+	})
+	h := startHogs(d.Addr, nodeSrc, hogConns, hogPipeline, hogLife)
+	defer h.stop()
+	eventually(t, "the flood under way", func() (bool, string) {
+		c := h.connects.Load()
+		return c >= 2*hogConns, fmt.Sprintf("%d of %d flood connections made", c, 2*hogConns)
+	})
+	ok, tcpOK, fails := 0, 0, []string{}
+	for i := range fairProbes {
+		for _, what := range []string{"healthz", "readyz"} {
+			// As the kubelet runs an exec probe: the command, killed at the
+			// probe's timeout.
+			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+			out, err := exec.CommandContext(ctx, gcBin(), "probe", what, "--socket="+sock, "--timeout=4s").CombinedOutput()
+			cancel()
+			if err == nil {
+				ok++
+			} else {
+				fails = append(fails, fmt.Sprintf("%s %d: %v %s", what, i, err, strings.TrimSpace(string(out))))
+			}
+		}
+		if code, err := probe5s(nodeSrc, d.Addr, "/healthz"); err == nil && code == http.StatusOK {
+			tcpOK++
+		}
+		time.Sleep(200 * time.Millisecond) // spread over the flood, not a bound
+	}
+	t.Logf("%d flood connections made from the node's address; exec probes %d/%d passed within %s; TCP /healthz from the same address (not the DaemonSet's probe) %d/%d",
+		h.connects.Load(), ok, 2*fairProbes, probeTimeout, tcpOK, fairProbes)
+	if ok != 2*fairProbes {
+		t.Errorf("%d of %d exec probes failed during the flood (the kubelet restarts the daemon after 3 liveness failures in a row): %s",
+			2*fairProbes-ok, 2*fairProbes, strings.Join(fails, "; "))
+	}
+	h.stop()
+	d.alive()
 }
 
 // A few slow-reading scrapers, each from its own address, never turn a
