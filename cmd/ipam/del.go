@@ -87,7 +87,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	// export): DEL then frees what host-local reserved for this attachment.
 	conflicts, err = updateAfterMerge(s, c, now, log, func(tx *store.Tx) error {
 		var err error
-		released, err = allocator.Release(tx, args.ContainerID, args.IfName, allocator.Why{Reason: "DEL", By: allocator.ByPlugin}, now)
+		released, err = allocator.Release(tx, attachmentOf(args), allocator.Why{Reason: "DEL", By: allocator.ByPlugin}, now)
 		notes = notesOf(tx)
 		return err
 	})
@@ -160,7 +160,7 @@ func delReadOnly(c *netconf.Config, args *skel.CmdArgs, log func() *slog.Logger,
 	var recs []*allocator.Record
 	var notes txNotes
 	err = s.View(func(tx *store.Tx) error {
-		recs, err = allocator.AttachmentRecords(tx, args.ContainerID, args.IfName)
+		recs, err = allocator.AttachmentRecords(tx, attachmentOf(args))
 		notes = notesOf(tx)
 		return err
 	})

@@ -58,7 +58,7 @@ func markCommitted(c *netconf.Config, args *skel.CmdArgs) (int, error) {
 	n := 0
 	var notes txNotes
 	err = s.Update(func(tx *store.Tx) error {
-		n, err = allocator.MarkCommitted(tx, args.ContainerID, args.IfName, time.Now())
+		n, err = allocator.MarkCommitted(tx, attachmentOf(args), time.Now())
 		notes = notesOf(tx)
 		return err
 	})
@@ -100,11 +100,11 @@ func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, 
 	var recs []*allocator.Record
 	var notes txNotes
 	err = s.View(func(tx *store.Tx) error {
-		recs, err = allocator.AttachmentRecords(tx, args.ContainerID, args.IfName)
+		recs, err = allocator.AttachmentRecords(tx, attachmentOf(args))
 		if err == nil && len(recs) == 0 {
 			// In a store exported to host-local, what host-local reserved
 			// for this attachment before the next write merges it.
-			recs, err = allocator.PendingHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, args.ContainerID, args.IfName)
+			recs, err = allocator.PendingHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, attachmentOf(args))
 		}
 		notes = notesOf(tx)
 		return err

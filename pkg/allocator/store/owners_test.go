@@ -16,8 +16,8 @@ import (
 // owner; with every owner hashing alike, lookups, overwrites and deletes
 // still see each owner's records only.
 func TestOwnersIndexCollisions(t *testing.T) {
-	defer func(h func(string, string) uint64) { ownerHash = h }(ownerHash)
-	ownerHash = func(string, string) uint64 { return 42 }
+	defer func(h func(allocator.Attachment) uint64) { ownerHash = h }(ownerHash)
+	ownerHash = func(allocator.Attachment) uint64 { return 42 }
 	s := newStore(t)
 	update(t, s, func(tx *Tx) error {
 		for _, r := range []*allocator.Record{rec("10.0.0.2", "c1", "eth0"), rec("10.0.0.3", "c2", "eth0"), rec("10.0.0.4", "c1", "net1"), rec("10.0.0.5", "c1", "eth0")} {
@@ -228,7 +228,9 @@ func TestReleaseLargeStore(t *testing.T) {
 		return tx.SetRangeSets([]allocator.StoredRangeSet{big})
 	})
 	victim := netip.MustParseAddr("10.1.0.12") // c10
-	damage(t, s, func(tx *Tx) error { return tx.owners.Delete(append(ownerPrefix("c10", "eth0"), addrKey(victim)...)) })
+	damage(t, s, func(tx *Tx) error {
+		return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "c10", IfName: "eth0"}), addrKey(victim)...))
+	})
 	if got := release(t, s, "c10", "eth0"); !slices.Equal(got, []string{victim.String()}) {
 		t.Fatalf("Release of a record whose index entry is lost in a large store: %v", got)
 	}
@@ -246,7 +248,7 @@ func TestReleaseFindsRecordsWhenTheOwnerIndexIsWrong(t *testing.T) {
 		damage func(tx *Tx) error
 	}{
 		{"its entry deleted", func(tx *Tx) error {
-			return tx.owners.Delete(append(ownerPrefix("b", "eth0"), addrKey(netip.MustParseAddr("10.0.0.3"))...))
+			return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), addrKey(netip.MustParseAddr("10.0.0.3"))...))
 		}},
 		{"every entry deleted", func(tx *Tx) error {
 			if err := tx.btx.DeleteBucket(bucketOwners); err != nil {
@@ -257,22 +259,22 @@ func TestReleaseFindsRecordsWhenTheOwnerIndexIsWrong(t *testing.T) {
 		}},
 		{"its entry under another owner", func(tx *Tx) error {
 			k := addrKey(netip.MustParseAddr("10.0.0.3"))
-			if err := tx.owners.Delete(append(ownerPrefix("b", "eth0"), k...)); err != nil {
+			if err := tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), k...)); err != nil {
 				return err
 			}
-			return tx.owners.Put(append(ownerPrefix("zz", "eth0"), k...), nil)
+			return tx.owners.Put(append(ownerPrefix(allocator.Attachment{ContainerID: "zz", IfName: "eth0"}), k...), nil)
 		}},
 		{"records count lost", func(tx *Tx) error {
 			if err := tx.meta.Delete(keyRecords); err != nil {
 				return err
 			}
-			return tx.owners.Delete(append(ownerPrefix("b", "eth0"), addrKey(netip.MustParseAddr("10.0.0.3"))...))
+			return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), addrKey(netip.MustParseAddr("10.0.0.3"))...))
 		}},
 		{"records count damaged", func(tx *Tx) error {
 			if err := tx.meta.Put(keyRecords, []byte("xx")); err != nil {
 				return err
 			}
-			return tx.owners.Delete(append(ownerPrefix("b", "eth0"), addrKey(netip.MustParseAddr("10.0.0.3"))...))
+			return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), addrKey(netip.MustParseAddr("10.0.0.3"))...))
 		}},
 	}
 	for _, tc := range cases {
