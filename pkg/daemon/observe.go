@@ -137,7 +137,7 @@ func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes [
 		nr.hostLocalGone = hostLocalFileGone(s.hostLocalDir(nr.Network), nr.Snapshot.Records)
 		if seen := s.stores[nr.Path].dryObs; rep.DryRun && seen != nil {
 			for i, r := range nr.Snapshot.Records {
-				if o, ok := seen[keyOf(r)]; ok {
+				if o, ok := seen[r.ID()]; ok {
 					cp := *r // records are shared with the decode cache: never modify them
 					cp.Obs = o
 					nr.Snapshot.Records[i] = &cp
