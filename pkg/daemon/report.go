@@ -227,7 +227,7 @@ func (s *Sweeper) reportReReserves(ctx context.Context, log *slog.Logger, rep *S
 		}
 		return rr.Prev.ContainerID
 	}
-	pod := func(sb reclaim.CRISandbox) string { return sb.PodNamespace + "/" + sb.PodName }
+	pod := func(sb reclaim.PodSandbox) string { return sb.PodNamespace + "/" + sb.PodName }
 	for _, rr := range nr.ReReserve {
 		if !rr.Conflict {
 			continue

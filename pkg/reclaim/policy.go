@@ -17,10 +17,14 @@ const (
 	SandboxAbsent   = "absent"
 )
 
-// Sandbox is one pod sandbox as CRI lists it.
-type Sandbox struct {
+// PodSandbox is one pod sandbox as the runtime's CRI lists it
+// (ListPodSandbox), with what else the daemon asked of it.
+type PodSandbox struct {
 	ID    string
 	State string // SandboxReady, SandboxNotReady or SandboxUnknown
+	// PodNamespace, PodName and PodUID are the sandbox's pod metadata ("" when
+	// the runtime gave none): what a rebuild records and a report names.
+	PodNamespace, PodName, PodUID string
 	// IPs from PodSandboxStatus; filled only for READY sandboxes whose records
 	// are still pending (that is when the daemon needs them).
 	IPs []netip.Addr
@@ -32,7 +36,7 @@ type CRIView struct {
 	Complete  bool
 	Why       string    // why it is not complete
 	ListedAt  time.Time // when the list was requested
-	Sandboxes map[string]Sandbox
+	Sandboxes map[string]PodSandbox
 }
 
 // Pod is what the Kubernetes API says about one pod on this node.
@@ -354,12 +358,6 @@ func contains(ips []netip.Addr, ip netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-// CRISandbox is one listed sandbox with the pod metadata a rebuild records.
-type CRISandbox struct {
-	ID, State                     string
-	PodNamespace, PodName, PodUID string
 }
 
 // DefaultMaxFraction is the share of a network's records that one
