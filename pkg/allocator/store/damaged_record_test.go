@@ -111,8 +111,8 @@ func TestDamagedRecordQuarantine(t *testing.T) {
 				return nil
 			})
 			update(t, s, func(tx *Tx) error {
-				if err := tx.Put(rec("10.0.0.3", "x", "eth0")); !errors.Is(err, allocator.ErrAddressHeld) {
-					t.Errorf("Put over a damaged record: %v, want ErrAddressHeld", err)
+				if err := tx.Put(rec("10.0.0.3", "x", "eth0")); !errors.Is(err, allocator.ErrAddressReserved) {
+					t.Errorf("Put over a damaged record: %v, want ErrAddressReserved", err)
 				}
 				rel, err := allocator.ReleaseIP(tx, a3, "operator", "operator", testTime)
 				if err != nil || rel.Damaged == nil || rel.Record != nil {

@@ -26,8 +26,8 @@ func TestOwnersIndexCollisions(t *testing.T) {
 			}
 		}
 		// Put never takes another owner's address; Replace does.
-		if err := tx.Put(rec("10.0.0.3", "c1", "eth0")); !errors.Is(err, allocator.ErrAddressHeld) {
-			t.Errorf("Put over another owner's record: %v, want ErrAddressHeld", err)
+		if err := tx.Put(rec("10.0.0.3", "c1", "eth0")); !errors.Is(err, allocator.ErrAddressReserved) {
+			t.Errorf("Put over another owner's record: %v, want ErrAddressReserved", err)
 		}
 		// 10.0.0.3 changes hands, 10.0.0.5 is released.
 		if prev, _, err := tx.Replace(rec("10.0.0.3", "c1", "eth0")); err != nil || prev == nil || prev.ContainerID != "c2" {
@@ -82,8 +82,8 @@ func TestOwnersIndex(t *testing.T) {
 	})
 	update(t, s, func(tx *Tx) error {
 		// Put refuses to overwrite another owner; Replace moves the address.
-		if err := tx.Put(rec("10.0.0.3", "c2", "eth0")); !errors.Is(err, allocator.ErrAddressHeld) {
-			t.Errorf("Put over c1's record: %v, want ErrAddressHeld", err)
+		if err := tx.Put(rec("10.0.0.3", "c2", "eth0")); !errors.Is(err, allocator.ErrAddressReserved) {
+			t.Errorf("Put over c1's record: %v, want ErrAddressReserved", err)
 		}
 		if _, _, err := tx.Replace(rec("10.0.0.3", "c2", "eth0")); err != nil {
 			return err
@@ -137,8 +137,8 @@ func TestOwnersIndexRandom(t *testing.T) {
 				o := owners[r.IntN(len(owners))]
 				err := tx.Put(rec(ip.String(), o[0], o[1]))
 				if held, ok := model[ip]; ok && held != o {
-					if !errors.Is(err, allocator.ErrAddressHeld) {
-						t.Fatalf("seed %d: Put of %s for %v over %v's record: %v, want ErrAddressHeld", seed, ip, o, held, err)
+					if !errors.Is(err, allocator.ErrAddressReserved) {
+						t.Fatalf("seed %d: Put of %s for %v over %v's record: %v, want ErrAddressReserved", seed, ip, o, held, err)
 					}
 					if r.IntN(2) == 0 {
 						continue

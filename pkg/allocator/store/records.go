@@ -46,17 +46,17 @@ func (tx *Tx) HasRecord(ip netip.Addr) bool { return tx.allocs.Get(addrKey(ip)) 
 // Put writes r under r.IP and indexes it by owner and in the taken index.
 // The address must be free or held by r's own attachment (the same
 // containerID and ifname): otherwise Put writes nothing and returns an error
-// wrapping ErrAddressHeld.
+// wrapping ErrAddressReserved.
 func (tx *Tx) Put(r *allocator.Record) error {
 	key := addrKey(r.IP)
 	if old := tx.allocs.Get(key); old != nil {
 		prev, err := decodeAt(key, old)
 		if err != nil {
-			return fmt.Errorf("%w: %s has a damaged record (%v); it stays reserved until released (hostlease-gc release %s)", allocator.ErrAddressHeld, r.IP, err, r.IP)
+			return fmt.Errorf("%w: %s has a damaged record (%v); it stays reserved until released (hostlease-gc release %s)", allocator.ErrAddressReserved, r.IP, err, r.IP)
 		}
 		if prev.Attachment() != r.Attachment() {
 			return fmt.Errorf("%w: %s is held by container %s ifname %q, not %s ifname %q",
-				allocator.ErrAddressHeld, r.IP, prev.ContainerID, prev.IfName, r.ContainerID, r.IfName)
+				allocator.ErrAddressReserved, r.IP, prev.ContainerID, prev.IfName, r.ContainerID, r.IfName)
 		}
 		if err := tx.dropPodEntry(prev, r.PodUID); err != nil {
 			return err
