@@ -73,7 +73,7 @@ func markerCheck(args *skel.CmdArgs, c *netconf.Config) error {
 	if !storeExists(c) {
 		return nil
 	}
-	recs, notes, err := held(c, args)
+	recs, notes, err := readAttachment(c, args)
 	if err != nil {
 		return err
 	}
@@ -89,9 +89,9 @@ func markerCheck(args *skel.CmdArgs, c *netconf.Config) error {
 	return nil
 }
 
-// held reads the attachment's records from a read-only view of the store,
+// readAttachment reads the attachment's records from a read-only view of the store,
 // with what the read met (damaged records the owner index lists for it).
-func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
+func readAttachment(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
 	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		return nil, txNotes{}, storeError(c, err)
