@@ -50,7 +50,7 @@ func TestReleaseLeavesAnAddressThatChangedHands(t *testing.T) {
 		}
 		defer st.Close()
 		if err := st.Update(func(tx *store.Tx) error {
-			if _, err := allocator.Release(tx, old, "eth0", allocator.Why{Reason: "pod deleted", By: "plugin"}, time.Now()); err != nil {
+			if _, err := allocator.Release(tx, allocator.Attachment{ContainerID: old, IfName: "eth0"}, allocator.Why{Reason: "pod deleted", By: "plugin"}, time.Now()); err != nil {
 				return err
 			}
 			_, cerr := allocator.Allocate(tx, allocator.AllocateRequest{Network: "alpha", RangeSets: c.RangeSets, Now: time.Now(),

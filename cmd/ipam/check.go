@@ -27,7 +27,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrUnknownContainer,
 			fmt.Sprintf("no allocation for container %s ifname %s: network %s has no store", args.ContainerID, args.IfName, c.Network), "")
 	}
-	recs, notes, err := held(c, args)
+	recs, notes, err := readAttachment(c, args)
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	// export): DEL then frees what host-local reserved for this attachment.
 	conflicts, err = updateAfterMerge(s, c, now, log, func(tx *store.Tx) error {
 		var err error
-		released, err = allocator.Release(tx, args.ContainerID, args.IfName, allocator.Why{Reason: "DEL", By: allocator.ByPlugin}, now)
+		released, err = allocator.Release(tx, attachmentOf(args), allocator.Why{Reason: "DEL", By: allocator.ByPlugin}, now)
 		notes = notesOf(tx)
 		return err
 	})
@@ -97,7 +97,7 @@ func cmdDel(args *skel.CmdArgs) error {
 			log().Warn("store damaged: treating as nothing to release; left in place for hostlease-gc", "error", err)
 			return nil
 		case store.IsEnvironmentError(err) && len(released) == 0:
-			// Nothing was held; what could not be written was an index
+			// Nothing was reserved; what could not be written was an index
 			// repair, which the next writer redoes.
 			log().Warn("nothing to release; the store could not be written", "error", err)
 			return nil
@@ -107,7 +107,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	notes.log(log)
 	logConflicts(log, conflicts)
 	if len(released) == 0 {
-		logNothingHeld(log, notes.damaged)
+		logNothingToRelease(log, notes.damaged)
 	}
 	return nil
 }
@@ -125,9 +125,9 @@ func logUntrusted(log func() *slog.Logger, err error) {
 	log().Warn("state refused (not trusted): nothing released, nothing written; fix it as the error says", "error", err)
 }
 
-// logNothingHeld logs a DEL that released nothing, naming any damaged
+// logNothingToRelease logs a DEL that released nothing, naming any damaged
 // record the owner index lists for this attachment: it may be its record.
-func logNothingHeld(log func() *slog.Logger, damaged []allocator.DamagedRecord) {
+func logNothingToRelease(log func() *slog.Logger, damaged []allocator.DamagedRecord) {
 	if len(damaged) == 0 {
 		log().Info("no allocation for this attachment: nothing to release")
 		return
@@ -154,13 +154,13 @@ func delReadOnly(c *netconf.Config, args *skel.CmdArgs, log func() *slog.Logger,
 			log().Info("no store for this network: nothing to release")
 			return nil
 		}
-		return storeError(c, rwErr) // cannot tell whether anything is held
+		return storeError(c, rwErr) // cannot tell whether anything is reserved
 	}
 	defer s.Close()
 	var recs []*allocator.Record
 	var notes txNotes
 	err = s.View(func(tx *store.Tx) error {
-		recs, err = allocator.AttachmentRecords(tx, args.ContainerID, args.IfName)
+		recs, err = allocator.AttachmentRecords(tx, attachmentOf(args))
 		notes = notesOf(tx)
 		return err
 	})
@@ -174,7 +174,7 @@ func delReadOnly(c *netconf.Config, args *skel.CmdArgs, log func() *slog.Logger,
 	notes.log(log)
 	if len(recs) == 0 {
 		log().Info("store not writable, but nothing is held for this attachment: nothing to release", "error", rwErr)
-		logNothingHeld(log, notes.damaged)
+		logNothingToRelease(log, notes.damaged)
 		return nil
 	}
 	var ips []string

@@ -58,7 +58,7 @@ func markCommitted(c *netconf.Config, args *skel.CmdArgs) (int, error) {
 	n := 0
 	var notes txNotes
 	err = s.Update(func(tx *store.Tx) error {
-		n, err = allocator.MarkCommitted(tx, args.ContainerID, args.IfName, time.Now())
+		n, err = allocator.MarkCommitted(tx, attachmentOf(args), time.Now())
 		notes = notesOf(tx)
 		return err
 	})
@@ -73,7 +73,7 @@ func markerCheck(args *skel.CmdArgs, c *netconf.Config) error {
 	if !storeExists(c) {
 		return nil
 	}
-	recs, notes, err := held(c, args)
+	recs, notes, err := readAttachment(c, args)
 	if err != nil {
 		return err
 	}
@@ -89,9 +89,9 @@ func markerCheck(args *skel.CmdArgs, c *netconf.Config) error {
 	return nil
 }
 
-// held reads the attachment's records from a read-only view of the store,
+// readAttachment reads the attachment's records from a read-only view of the store,
 // with what the read met (damaged records the owner index lists for it).
-func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
+func readAttachment(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, error) {
 	s, err := openStore(c, store.OpenOptions{ReadOnly: true})
 	if err != nil {
 		return nil, txNotes{}, storeError(c, err)
@@ -100,11 +100,11 @@ func held(c *netconf.Config, args *skel.CmdArgs) ([]*allocator.Record, txNotes, 
 	var recs []*allocator.Record
 	var notes txNotes
 	err = s.View(func(tx *store.Tx) error {
-		recs, err = allocator.AttachmentRecords(tx, args.ContainerID, args.IfName)
+		recs, err = allocator.AttachmentRecords(tx, attachmentOf(args))
 		if err == nil && len(recs) == 0 {
 			// In a store exported to host-local, what host-local reserved
 			// for this attachment before the next write merges it.
-			recs, err = allocator.PendingHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, args.ContainerID, args.IfName)
+			recs, err = allocator.PendingHostLocal(tx, allocator.HostLocalDir(c.HostLocalDir, c.Network), c.Network, c.RangeSets, attachmentOf(args))
 		}
 		notes = notesOf(tx)
 		return err

@@ -8,6 +8,11 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
+// attachmentOf is the attachment the runtime names (CNI_CONTAINERID, CNI_IFNAME).
+func attachmentOf(args *skel.CmdArgs) allocator.Attachment {
+	return allocator.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+}
+
 // ownerOf reads the attachment and, when the runtime passed them in CNI_ARGS,
 // the pod's namespace, name and UID.
 func ownerOf(args *skel.CmdArgs) allocator.Owner {

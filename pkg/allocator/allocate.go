@@ -34,6 +34,9 @@ type Owner struct {
 	PodUID       string
 }
 
+// Attachment is the attachment o's allocation is reserved for.
+func (o Owner) Attachment() Attachment { return Attachment{o.ContainerID, o.IfName} }
+
 // AllocateRequest is one IPAM ADD.
 type AllocateRequest struct {
 	Network   string
@@ -80,7 +83,7 @@ func Allocate(tx Store, req AllocateRequest) ([]*Record, *types.Error) {
 	var got []*Record
 	undo := func() {
 		if len(got) > 0 {
-			_, _ = Release(tx, req.Owner.ContainerID, req.Owner.IfName, Why{Reason: "allocation failed", By: ByPlugin}, req.Now)
+			_, _ = Release(tx, req.Owner.Attachment(), Why{Reason: "allocation failed", By: ByPlugin}, req.Now)
 		}
 	}
 	for idx, set := range req.RangeSets {
@@ -176,7 +179,7 @@ func checkRequested(tx Store, set StoredRangeSet, want netip.Addr, now time.Time
 // the judge freed the records whose netns is torn down; one still full is
 // counted (RecordExhaustion) and refused.
 func nextAddr(tx Store, req AllocateRequest, judge *deathJudge, idx int, set StoredRangeSet) (netip.Addr, int, *types.Error) {
-	recs, err := attachmentRecordsAny(tx, req.Owner.ContainerID, req.Owner.IfName)
+	recs, err := attachmentRecordsAny(tx, req.Owner.Attachment())
 	if err != nil {
 		return netip.Addr{}, 0, ioError(err)
 	}
@@ -211,12 +214,12 @@ func nextAddr(tx Store, req AllocateRequest, judge *deathJudge, idx int, set Sto
 // ID-only records, in the order host-local's duplicate check finds them (its
 // directory walk: file names, i.e. address strings, in lexical order), so that
 // a refused duplicate ADD names the same address.
-func attachmentRecordsAny(tx Store, containerID, ifname string) ([]*Record, error) {
-	recs, err := tx.Records(Query{Attachment: &Attachment{containerID, ifname}})
-	if err != nil || ifname == "" {
+func attachmentRecordsAny(tx Store, a Attachment) ([]*Record, error) {
+	recs, err := tx.Records(Query{Attachment: &a})
+	if err != nil || a.IfName == "" {
 		return recs, err
 	}
-	legacy, err := tx.Records(Query{Attachment: &Attachment{containerID, ""}})
+	legacy, err := tx.Records(Query{Attachment: &Attachment{a.ContainerID, ""}})
 	if err != nil {
 		return nil, err
 	}

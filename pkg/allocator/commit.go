@@ -2,12 +2,12 @@ package allocator
 
 import "time"
 
-// MarkCommitted marks the attachment's allocations committed (StateCommitted):
+// MarkCommitted marks attachment a's allocations committed (StateCommitted):
 // the chain reached its last plugin, so the sandbox's network setup
 // succeeded. It returns how many records changed. (Committing the store's
 // transaction is Store.Update's business, not this.)
-func MarkCommitted(tx Store, containerID, ifname string, now time.Time) (int, error) {
-	recs, err := AttachmentRecords(tx, containerID, ifname)
+func MarkCommitted(tx Store, a Attachment, now time.Time) (int, error) {
+	recs, err := AttachmentRecords(tx, a)
 	if err != nil {
 		return 0, err
 	}

@@ -67,7 +67,7 @@ func (r IndexRepair) String() string {
 	return s + fmt.Sprintf("; records count was %d", r.CountWas)
 }
 
-// ErrAddressHeld is returned by Put for an address whose record belongs to
+// ErrAddressReserved is returned by Put for an address whose record belongs to
 // another owner or does not decode: a write never replaces another owner's
 // record (Replace does, for the one caller that must).
-var ErrAddressHeld = errors.New("address is held by another record")
+var ErrAddressReserved = errors.New("address is held by another record")

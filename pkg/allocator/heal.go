@@ -148,7 +148,7 @@ func (j *deathJudge) release(tx Store, recs []*Record, exhausted bool, now time.
 		if reason == "" {
 			continue
 		}
-		ev := auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), Why{Reason: reason, By: ByPlugin}, now)
+		ev := auditEntry(r.IP, r.Attachment(), r.PodRef(), Why{Reason: reason, By: ByPlugin}, now)
 		ev.PodUID = r.PodUID
 		if err := tx.Release(r, ev); err != nil {
 			return err

@@ -259,7 +259,7 @@ func TestAllocateReleasesDeadSandboxes(t *testing.T) {
 
 // undoAdd releases containerID's eth0 addresses.
 func undoAdd(tx Store, containerID string) error {
-	_, err := Release(tx, containerID, "eth0", Why{By: "test"}, time.Unix(4, 0))
+	_, err := Release(tx, Attachment{ContainerID: containerID, IfName: "eth0"}, Why{By: "test"}, time.Unix(4, 0))
 	if err != nil {
 		return errors.New("release: " + err.Error())
 	}

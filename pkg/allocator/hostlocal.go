@@ -201,20 +201,20 @@ func DecideMerge(f HostLocalFile, cur *Record, damaged *DamagedRecord) MergeVerd
 	switch {
 	case damaged != nil:
 		if damaged.ContainerID == "" && f.ContainerID == DamagedPlaceholder ||
-			damaged.ContainerID != "" && sameAttachment(f, damaged.ContainerID, damaged.IfName) {
+			damaged.ContainerID != "" && sameAttachment(f, Attachment{damaged.ContainerID, damaged.IfName}) {
 			return MergeSame
 		}
 		return MergeConflict
 	case cur == nil:
 		return MergeImport
-	case sameAttachment(f, cur.ContainerID, cur.IfName):
+	case sameAttachment(f, cur.Attachment()):
 		return MergeSame
 	}
 	return MergeConflict
 }
 
-func sameAttachment(f HostLocalFile, containerID, ifname string) bool {
-	return f.ContainerID == containerID && (f.IfName == ifname || f.IfName == "" || ifname == "")
+func sameAttachment(f HostLocalFile, a Attachment) bool {
+	return f.ContainerID == a.ContainerID && (f.IfName == a.IfName || f.IfName == "" || a.IfName == "")
 }
 
 // DamagedPlaceholder is the container ID export writes in host-local's file
@@ -402,13 +402,13 @@ func readHostLocal(dir string) (hostLocalState, error) {
 
 // PendingHostLocal returns, for a store exported to host-local whose next
 // write has not merged dir yet, the records that merge would import for
-// (containerID, ifname): host-local's reservations of that attachment at
+// attachment a: host-local's reservations of that attachment at
 // addresses the store does not hold (MergeImport; a conflict is never the
 // attachment's). It reads and writes nothing else, so a read-only verb
 // (CHECK) sees an attachment host-local set up while it was in charge. A
 // store never exported has none, nor one whose dir is unchanged since its
 // last merge (SyncHostLocal would merge nothing).
-func PendingHostLocal(tx Store, dir, network string, sets []StoredRangeSet, containerID, ifname string) ([]*Record, error) {
+func PendingHostLocal(tx Store, dir, network string, sets []StoredRangeSet, a Attachment) ([]*Record, error) {
 	mark := tx.HostLocalMark()
 	if !mark.Exported {
 		return nil, nil
@@ -423,7 +423,7 @@ func PendingHostLocal(tx Store, dir, network string, sets []StoredRangeSet, cont
 	}
 	var out []*Record
 	for _, f := range st.files {
-		if f.ContainerID != containerID || f.IfName != ifname && f.IfName != "" {
+		if f.ContainerID != a.ContainerID || f.IfName != a.IfName && f.IfName != "" {
 			continue
 		}
 		if cur, damaged := tx.Lookup(f.IP); DecideMerge(f, cur, damaged) == MergeImport {

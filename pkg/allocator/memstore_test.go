@@ -128,10 +128,10 @@ func (m *memStore) Put(r *Record) error {
 		return errWrite
 	}
 	if _, bad := m.damaged[r.IP]; bad {
-		return fmt.Errorf("%w: %s has a damaged record", ErrAddressHeld, r.IP)
+		return fmt.Errorf("%w: %s has a damaged record", ErrAddressReserved, r.IP)
 	}
 	if prev, ok := m.records[r.IP]; ok && (prev.ContainerID != r.ContainerID || prev.IfName != r.IfName) {
-		return fmt.Errorf("%w: %s is held by container %s", ErrAddressHeld, r.IP, prev.ContainerID)
+		return fmt.Errorf("%w: %s is held by container %s", ErrAddressReserved, r.IP, prev.ContainerID)
 	}
 	m.puts++
 	m.records[r.IP] = *r

@@ -67,7 +67,7 @@ func release(t *testing.T, s *memStore, id, ifname string) []string {
 	var recs []*Record
 	update(t, s, func(tx Store) error {
 		var err error
-		recs, err = Release(tx, id, ifname, Why{Reason: "DEL", By: "plugin"}, testTime)
+		recs, err = Release(tx, Attachment{ContainerID: id, IfName: ifname}, Why{Reason: "DEL", By: "plugin"}, testTime)
 		return err
 	})
 	return ips(recs)
@@ -78,7 +78,7 @@ func held(t *testing.T, s *memStore, id, ifname string) []string {
 	var recs []*Record
 	view(t, s, func(tx Store) error {
 		var err error
-		recs, err = AttachmentRecords(tx, id, ifname)
+		recs, err = AttachmentRecords(tx, Attachment{ContainerID: id, IfName: ifname})
 		return err
 	})
 	return ips(recs)

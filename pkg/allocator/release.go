@@ -17,18 +17,19 @@ type Why struct {
 // to records written with the container ID alone by old host-local versions.
 // Each lookup is verified against the records (Query.Verify). DEL, CHECK and
 // the commit marker use it; ADD's hot path does not.
-func AttachmentRecords(tx Store, containerID, ifname string) ([]*Record, error) {
-	recs, err := tx.Records(Query{Attachment: &Attachment{containerID, ifname}, Verify: true})
-	if err != nil || len(recs) > 0 || ifname == "" {
+func AttachmentRecords(tx Store, a Attachment) ([]*Record, error) {
+	recs, err := tx.Records(Query{Attachment: &a, Verify: true})
+	if err != nil || len(recs) > 0 || a.IfName == "" {
 		return recs, err
 	}
-	return tx.Records(Query{Attachment: &Attachment{containerID, ""}, Verify: true})
+	return tx.Records(Query{Attachment: &Attachment{a.ContainerID, ""}, Verify: true})
 }
 
-// Release frees every address held by (containerID, ifname) and records each
-// in the audit log (ReleaseRecord). Releasing nothing is not an error: DEL is idempotent.
-func Release(tx Store, containerID, ifname string, why Why, now time.Time) ([]*Record, error) {
-	recs, err := AttachmentRecords(tx, containerID, ifname)
+// Release frees every address reserved for attachment a (AttachmentRecords)
+// and records each in the audit log (ReleaseRecord). Releasing nothing is not
+// an error: DEL is idempotent.
+func Release(tx Store, a Attachment, why Why, now time.Time) ([]*Record, error) {
+	recs, err := AttachmentRecords(tx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -46,15 +47,15 @@ func Release(tx Store, containerID, ifname string, why Why, now time.Time) ([]*R
 // (Store.Release): DEL, the GC verb, an operator's release, host-local's own
 // DEL seen after an import, the daemon's reclaim.
 func ReleaseRecord(tx Store, r *Record, why Why, now time.Time) error {
-	return tx.Release(r, auditEntry(r.IP, r.ContainerID, r.IfName, r.PodRef(), why, now))
+	return tx.Release(r, auditEntry(r.IP, r.Attachment(), r.PodRef(), why, now))
 }
 
-func auditEntry(ip netip.Addr, containerID, ifname, pod string, why Why, now time.Time) AuditEvent {
+func auditEntry(ip netip.Addr, a Attachment, pod string, why Why, now time.Time) AuditEvent {
 	if why.Action == "" {
 		why.Action = AuditRelease
 	}
 	return AuditEvent{Time: now, Action: why.Action, Reason: why.Reason, IP: ip,
-		ContainerID: containerID, IfName: ifname, Pod: pod, By: why.By}
+		ContainerID: a.ContainerID, IfName: a.IfName, Pod: pod, By: why.By}
 }
 
 // Released is what ReleaseIP freed: a record, a damaged record, or nothing.
@@ -73,7 +74,7 @@ func ReleaseIP(tx Store, ip netip.Addr, reason, by string, now time.Time) (Relea
 		return Released{Record: r}, ReleaseRecord(tx, r, Why{Action: AuditManualRelease, Reason: reason, By: by}, now)
 	case d != nil:
 		why := Why{Action: AuditDamagedRelease, Reason: strings.TrimSpace(reason + " (record did not decode: " + d.Err.Error() + ")"), By: by}
-		return Released{Damaged: d}, tx.ReleaseDamaged(ip, auditEntry(ip, d.ContainerID, d.IfName, "", why, now))
+		return Released{Damaged: d}, tx.ReleaseDamaged(ip, auditEntry(ip, Attachment{d.ContainerID, d.IfName}, "", why, now))
 	}
 	return Released{}, nil
 }

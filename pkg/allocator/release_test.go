@@ -54,7 +54,7 @@ func TestMarkCommitted(t *testing.T) {
 		var n int
 		update(t, s, func(tx Store) error {
 			var err error
-			n, err = MarkCommitted(tx, id, ifname, later)
+			n, err = MarkCommitted(tx, Attachment{ContainerID: id, IfName: ifname}, later)
 			return err
 		})
 		return n

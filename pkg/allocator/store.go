@@ -47,7 +47,7 @@ type Store interface {
 	Records(q Query) ([]*Record, error)
 
 	// Put writes r under r.IP; an address held by another attachment or by
-	// a damaged record is refused with an error wrapping ErrAddressHeld.
+	// a damaged record is refused with an error wrapping ErrAddressReserved.
 	Put(r *Record) error
 	// Release deletes r, a record read in this transaction, with its index
 	// entries, and appends ev to the audit log; ReleaseDamaged the same for

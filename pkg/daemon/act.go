@@ -18,7 +18,7 @@ import (
 
 // rebuild sets aside and rebuilds each store the plan says to, and reads the
 // rebuilt store back so the sweep carries on with it.
-func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []reclaim.CRISandbox) {
+func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []reclaim.PodSandbox) {
 	for _, nr := range rep.Networks {
 		if ErrorClass(nr.Err) != ClassUnreadable {
 			continue

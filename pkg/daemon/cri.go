@@ -18,7 +18,7 @@ import (
 // implementation speaks k8s.io/cri-api over the runtime's unix socket.
 type CRI interface {
 	// ListSandboxes lists every pod sandbox the runtime knows.
-	ListSandboxes(ctx context.Context) ([]reclaim.CRISandbox, error)
+	ListSandboxes(ctx context.Context) ([]reclaim.PodSandbox, error)
 	// SandboxIPs returns the addresses the runtime reports for a sandbox.
 	SandboxIPs(ctx context.Context, id string) ([]netip.Addr, error)
 	Close() error
@@ -55,14 +55,14 @@ func DialCRI(endpoint string) (CRI, error) {
 	return &criClient{conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn)}, nil
 }
 
-func (c *criClient) ListSandboxes(ctx context.Context) ([]reclaim.CRISandbox, error) {
+func (c *criClient) ListSandboxes(ctx context.Context) ([]reclaim.PodSandbox, error) {
 	resp, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]reclaim.CRISandbox, 0, len(resp.Items))
+	out := make([]reclaim.PodSandbox, 0, len(resp.Items))
 	for _, it := range resp.Items {
-		sb := reclaim.CRISandbox{ID: it.Id, State: sandboxState(it.State)}
+		sb := reclaim.PodSandbox{ID: it.Id, State: sandboxState(it.State)}
 		if m := it.Metadata; m != nil {
 			sb.PodNamespace, sb.PodName, sb.PodUID = m.Namespace, m.Name, m.Uid
 		}
@@ -109,8 +109,8 @@ const criTimeout = 15 * time.Second
 // trusted. A failed call or an implausible answer (a sandbox without an ID, or
 // no sandboxes at all while committed allocations exist) yields an incomplete
 // view, which reclaims nothing.
-func ListView(ctx context.Context, cri CRI, committed int, now time.Time) (reclaim.CRIView, []reclaim.CRISandbox) {
-	v := reclaim.CRIView{ListedAt: now, Sandboxes: map[string]reclaim.Sandbox{}}
+func ListView(ctx context.Context, cri CRI, committed int, now time.Time) (reclaim.CRIView, []reclaim.PodSandbox) {
+	v := reclaim.CRIView{ListedAt: now, Sandboxes: map[string]reclaim.PodSandbox{}}
 	ctx, cancel := context.WithTimeout(ctx, criTimeout)
 	defer cancel()
 	list, err := cri.ListSandboxes(ctx)
@@ -118,13 +118,13 @@ func ListView(ctx context.Context, cri CRI, committed int, now time.Time) (recla
 		v.Why = "ListPodSandbox: " + err.Error()
 		return v, nil
 	}
-	v.Sandboxes = make(map[string]reclaim.Sandbox, len(list))
+	v.Sandboxes = make(map[string]reclaim.PodSandbox, len(list))
 	for _, sb := range list {
 		if sb.ID == "" {
 			v.Why = "ListPodSandbox returned a sandbox without an ID"
 			return v, nil
 		}
-		v.Sandboxes[sb.ID] = reclaim.Sandbox{ID: sb.ID, State: sb.State}
+		v.Sandboxes[sb.ID] = reclaim.PodSandbox{ID: sb.ID, State: sb.State}
 	}
 	if len(list) == 0 && committed > 0 {
 		v.Why = fmt.Sprintf("ListPodSandbox returned no sandboxes while %d committed allocations exist", committed)

@@ -62,7 +62,7 @@ func settleNetworks(rep *SweepReport, p reclaim.Policy, maxInfo int, now time.Ti
 		if !nr.readable() {
 			continue
 		}
-		reclaim.Settle(&nr.Verdict, p, nr.Snapshot.Held(), rep.API)
+		reclaim.Settle(&nr.Verdict, p, nr.Snapshot.Reserved(), rep.API)
 		facts := reclaim.StoreFacts{IndexesChanged: nr.Snapshot.Indexes.Changed(), HostLocalGone: nr.hostLocalGone}
 		nr.plan = reclaim.PlanStore(&nr.Verdict, nr.ReReserve, facts, maxInfo, rep.DryRun)
 		nr.prepared = prepareWrites(nr.Snapshot, nr.Verdict, nr.plan.Writes, now)

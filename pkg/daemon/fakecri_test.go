@@ -15,7 +15,7 @@ import (
 type fakeCRI struct {
 	mu        sync.Mutex
 	order     []string
-	sandboxes map[string]reclaim.CRISandbox
+	sandboxes map[string]reclaim.PodSandbox
 	ips       map[string][]netip.Addr
 	listErr   error
 	onList    func()
@@ -24,7 +24,7 @@ type fakeCRI struct {
 }
 
 func newFakeCRI() *fakeCRI {
-	return &fakeCRI{sandboxes: map[string]reclaim.CRISandbox{}, ips: map[string][]netip.Addr{}}
+	return &fakeCRI{sandboxes: map[string]reclaim.PodSandbox{}, ips: map[string][]netip.Addr{}}
 }
 
 // set adds or replaces a sandbox; its pod metadata is derived from the ID the
@@ -35,7 +35,7 @@ func (f *fakeCRI) set(id, state string, ips ...netip.Addr) {
 	if _, ok := f.sandboxes[id]; !ok {
 		f.order = append(f.order, id)
 	}
-	f.sandboxes[id] = reclaim.CRISandbox{ID: id, State: state, PodNamespace: "default", PodName: id, PodUID: "uid-" + id}
+	f.sandboxes[id] = reclaim.PodSandbox{ID: id, State: state, PodNamespace: "default", PodName: id, PodUID: "uid-" + id}
 	f.ips[id] = ips
 }
 
@@ -58,7 +58,7 @@ func (f *fakeCRI) setOnList(fn func()) {
 	f.onList = fn
 }
 
-func (f *fakeCRI) ListSandboxes(ctx context.Context) ([]reclaim.CRISandbox, error) {
+func (f *fakeCRI) ListSandboxes(ctx context.Context) ([]reclaim.PodSandbox, error) {
 	f.lists.Add(1)
 	f.mu.Lock()
 	hook := f.onList
@@ -71,7 +71,7 @@ func (f *fakeCRI) ListSandboxes(ctx context.Context) ([]reclaim.CRISandbox, erro
 	if f.listErr != nil {
 		return nil, f.listErr
 	}
-	out := []reclaim.CRISandbox{}
+	out := []reclaim.PodSandbox{}
 	for _, id := range f.order {
 		if sb, ok := f.sandboxes[id]; ok {
 			out = append(out, sb)

@@ -91,7 +91,7 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 // closed to make room for a new one.
 func newHTTPServer(h http.Handler, lim HTTPLimits, onShed func()) (*http.Server, func(net.Listener) net.Listener) {
 	lim = lim.withDefaults()
-	cc := &connCap{max: lim.MaxConns, perClient: min(lim.MaxConnsPerClient, lim.MaxConns), onShed: onShed, conns: map[net.Conn]*heldConn{}}
+	cc := &connCap{max: lim.MaxConns, perClient: min(lim.MaxConnsPerClient, lim.MaxConns), onShed: onShed, conns: map[net.Conn]*trackedConn{}}
 	srv := &http.Server{
 		Handler:           headerLimit(cc.markProbes(h)),
 		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
@@ -173,10 +173,12 @@ type connCap struct {
 
 	mu    sync.Mutex
 	seq   uint64
-	conns map[net.Conn]*heldConn
+	conns map[net.Conn]*trackedConn
 }
 
-type heldConn struct {
+// trackedConn is one connection connCap counts, from its StateNew until its
+// StateClosed (or StateHijacked).
+type trackedConn struct {
 	src     string // the client's IP address
 	state   http.ConnState
 	since   uint64 // seq at its last state change
@@ -195,7 +197,7 @@ func (c *connCap) track(conn net.Conn, st http.ConnState) {
 	}
 	h := c.conns[conn]
 	if h == nil {
-		h = &heldConn{src: clientIP(conn)}
+		h = &trackedConn{src: clientIP(conn)}
 		c.conns[conn] = h
 	}
 	c.seq++
@@ -258,22 +260,22 @@ func (c *connCap) choose(conn net.Conn) net.Conn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	perSrc := map[string]int{}
-	held := 0
+	open := 0
 	for _, h := range c.conns {
 		if !h.closing {
 			perSrc[h.src]++
-			held++
+			open++
 		}
 	}
 	only := ""
 	switch {
 	case perSrc[src] >= c.perClient:
 		only = src
-	case held < c.max:
+	case open < c.max:
 		return nil
 	}
 	var victim net.Conn
-	var v *heldConn
+	var v *trackedConn
 	for k, h := range c.conns {
 		if h.closing || h.probe || (only != "" && h.src != only) {
 			continue
@@ -292,7 +294,7 @@ func (c *connCap) choose(conn net.Conn) net.Conn {
 // shedRank orders connections within an address: idle first, then being
 // served, then waiting for the request header (as a probe does at first).
 // One serving a probe is not a candidate (choose).
-func shedRank(h *heldConn) int {
+func shedRank(h *trackedConn) int {
 	switch {
 	case h.state == http.StateIdle:
 		return 0
@@ -306,7 +308,7 @@ func shedRank(h *heldConn) int {
 // shedBefore orders held connections to shed: the one whose address holds
 // more connections first, then by state (shedRank), then the one longest
 // in its state.
-func shedBefore(a, b *heldConn, perSrc map[string]int) bool {
+func shedBefore(a, b *trackedConn, perSrc map[string]int) bool {
 	if na, nb := perSrc[a.src], perSrc[b.src]; na != nb {
 		return na > nb
 	}

@@ -9,12 +9,12 @@ import (
 // Which held connection the listener sheds first when it is full.
 func TestShedBefore(t *testing.T) {
 	perSrc := map[string]int{"flood": 100, "kubelet": 1, "prom": 1}
-	conn := func(src string, st http.ConnState, since uint64) *heldConn {
-		return &heldConn{src: src, state: st, since: since}
+	conn := func(src string, st http.ConnState, since uint64) *trackedConn {
+		return &trackedConn{src: src, state: st, since: since}
 	}
 	cases := []struct {
 		name string
-		a, b *heldConn
+		a, b *trackedConn
 		want bool // a is shed before b
 	}{
 		{"the flood's newest before the kubelet's oldest", conn("flood", http.StateNew, 99), conn("kubelet", http.StateNew, 1), true},
@@ -73,13 +73,13 @@ func TestConnCapChoose(t *testing.T) {
 	}
 	addrOf := map[string]string{"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3", "n": "10.0.0.4", "m": "10.0.0.5", "p": "10.0.0.6"}
 	for _, tc := range cases {
-		c := &connCap{max: tc.max, perClient: tc.per, conns: map[net.Conn]*heldConn{}}
+		c := &connCap{max: tc.max, perClient: tc.per, conns: map[net.Conn]*trackedConn{}}
 		var conns []net.Conn
 		for _, h := range tc.held {
 			conn := &fakeConn{src: addrOf[h.src]}
 			conns = append(conns, conn)
 			c.seq++
-			c.conns[conn] = &heldConn{src: conn.src, state: h.state, since: c.seq, probe: h.probe}
+			c.conns[conn] = &trackedConn{src: conn.src, state: h.state, since: c.seq, probe: h.probe}
 		}
 		nc := &fakeConn{src: addrOf[tc.newSrc]}
 		got := c.choose(nc)

@@ -83,7 +83,7 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 // observeCRI lists the sandboxes (reclaim.CRIView judges whether the answer can be
 // trusted) and asks for the addresses of READY sandboxes that hold pending
 // records, so those can be marked committed.
-func (s *Sweeper) observeCRI(ctx context.Context, rep *SweepReport, committed int, now time.Time) []reclaim.CRISandbox {
+func (s *Sweeper) observeCRI(ctx context.Context, rep *SweepReport, committed int, now time.Time) []reclaim.PodSandbox {
 	view, sandboxes := ListView(ctx, s.CRI, committed, now)
 	rep.CRIReached = view.Complete || sandboxes != nil
 	if !view.Complete {
@@ -126,7 +126,7 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *reclaim.CRIView, net
 // host-local reservation files, the addresses READY sandboxes use (returned),
 // proofs of death; and, under --dry-run, gives each record the observation
 // the previous dry-run sweep decided (the store still holds an older one).
-func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes []reclaim.CRISandbox, boot, now time.Time) []reclaim.Use {
+func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes []reclaim.PodSandbox, boot, now time.Time) []reclaim.Use {
 	dir := s.netnsDirView()
 	holders := &netnsHolders{procDir: s.procDir()}
 	var facts []reclaim.NetnsFacts
@@ -137,7 +137,7 @@ func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes [
 		nr.hostLocalGone = hostLocalFileGone(s.hostLocalDir(nr.Network), nr.Snapshot.Records)
 		if seen := s.stores[nr.Path].dryObs; rep.DryRun && seen != nil {
 			for i, r := range nr.Snapshot.Records {
-				if o, ok := seen[keyOf(r)]; ok {
+				if o, ok := seen[r.ID()]; ok {
 					cp := *r // records are shared with the decode cache: never modify them
 					cp.Obs = o
 					nr.Snapshot.Records[i] = &cp

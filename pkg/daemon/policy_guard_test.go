@@ -17,11 +17,11 @@ import (
 
 // fakeListCRI is a CRI whose ListSandboxes answer is scripted.
 type fakeListCRI struct {
-	list []reclaim.CRISandbox
+	list []reclaim.PodSandbox
 	err  error
 }
 
-func (f *fakeListCRI) ListSandboxes(context.Context) ([]reclaim.CRISandbox, error) {
+func (f *fakeListCRI) ListSandboxes(context.Context) ([]reclaim.PodSandbox, error) {
 	return f.list, f.err
 }
 func (f *fakeListCRI) SandboxIPs(context.Context, string) ([]netip.Addr, error) {
@@ -40,11 +40,11 @@ func TestListViewIncompleteReclaimsNothing(t *testing.T) {
 		why       string
 	}{
 		{"list error", &fakeListCRI{err: errors.New("connection refused")}, 1, false, "connection refused"},
-		{"empty list while committed records exist", &fakeListCRI{list: []reclaim.CRISandbox{}}, 3, false, "3 committed"},
+		{"empty list while committed records exist", &fakeListCRI{list: []reclaim.PodSandbox{}}, 3, false, "3 committed"},
 		{"nil list while committed records exist", &fakeListCRI{}, 1, false, "no sandboxes"},
-		{"sandbox without an ID", &fakeListCRI{list: []reclaim.CRISandbox{{ID: "sb-z", State: reclaim.SandboxReady}, {State: reclaim.SandboxReady}}}, 0, false, "without an ID"},
-		{"empty list on an empty node", &fakeListCRI{list: []reclaim.CRISandbox{}}, 0, true, ""},
-		{"other sandboxes listed", &fakeListCRI{list: []reclaim.CRISandbox{{ID: "sb-z", State: reclaim.SandboxReady}}}, 5, true, ""},
+		{"sandbox without an ID", &fakeListCRI{list: []reclaim.PodSandbox{{ID: "sb-z", State: reclaim.SandboxReady}, {State: reclaim.SandboxReady}}}, 0, false, "without an ID"},
+		{"empty list on an empty node", &fakeListCRI{list: []reclaim.PodSandbox{}}, 0, true, ""},
+		{"other sandboxes listed", &fakeListCRI{list: []reclaim.PodSandbox{{ID: "sb-z", State: reclaim.SandboxReady}}}, 5, true, ""},
 	}
 	now := t0.Add(time.Hour)
 	rec := func(ip, id string, o allocator.Observation) *allocator.Record {

@@ -34,7 +34,7 @@ import (
 // longer needs the rebuild asked for (another process rebuilt it since it was
 // judged) is left as it is, with ErrNotRebuilt. by names who acts in the
 // audit (allocator.ByDaemon, allocator.ByCLI("rebuild")).
-func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []reclaim.CRISandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen, by string) (aside string, n int, err error) {
+func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes []reclaim.PodSandbox, sets []allocator.StoredRangeSet, now time.Time, when RebuildWhen, by string) (aside string, n int, err error) {
 	if err := store.CheckTrusted(path); err != nil {
 		return "", 0, err
 	}
@@ -68,7 +68,7 @@ func RebuildStore(ctx context.Context, cri CRI, path, network string, sandboxes 
 // gatherAddrs asks the runtime for the addresses of every READY and NOTREADY
 // sandbox: a READY one's must all be known (an error otherwise), a stopped
 // one may have no status left.
-func gatherAddrs(ctx context.Context, cri CRI, sandboxes []reclaim.CRISandbox) ([]reclaim.SandboxAddrs, error) {
+func gatherAddrs(ctx context.Context, cri CRI, sandboxes []reclaim.PodSandbox) ([]reclaim.SandboxAddrs, error) {
 	var out []reclaim.SandboxAddrs
 	for _, sb := range sandboxes {
 		if sb.State != reclaim.SandboxReady && sb.State != reclaim.SandboxNotReady {

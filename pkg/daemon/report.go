@@ -200,14 +200,14 @@ func (s *Sweeper) reportDecisions(ctx context.Context, log *slog.Logger, rep *Sw
 		return
 	}
 	log.Error("MASS-RECLAIM GUARD: refusing to reclaim without proof of death; a person must look (hostlease-gc leaks)",
-		"wouldReclaim", v.WouldReclaim, "limit", v.GuardLimit, "records", nr.Snapshot.Held(),
+		"wouldReclaim", v.WouldReclaim, "limit", v.GuardLimit, "records", nr.Snapshot.Reserved(),
 		"maxFraction", s.Opts.MaxReclaimFraction, "provenReclaims", v.Proven, "dryRun", rep.DryRun)
 	if rep.DryRun {
 		return
 	}
 	if err := s.Kube.Event(ctx, rep.API, nil, "Warning", "MassReclaimRefused",
 		fmt.Sprintf("hostlease-gc refused to reclaim %d addresses of network %s at once without proof of death (limit %d of its %d records)",
-			v.WouldReclaim, nr.Network, v.GuardLimit, nr.Snapshot.Held())); err != nil {
+			v.WouldReclaim, nr.Network, v.GuardLimit, nr.Snapshot.Reserved())); err != nil {
 		log.Warn("could not post Event", "error", err)
 	}
 }
@@ -227,7 +227,7 @@ func (s *Sweeper) reportReReserves(ctx context.Context, log *slog.Logger, rep *S
 		}
 		return rr.Prev.ContainerID
 	}
-	pod := func(sb reclaim.CRISandbox) string { return sb.PodNamespace + "/" + sb.PodName }
+	pod := func(sb reclaim.PodSandbox) string { return sb.PodNamespace + "/" + sb.PodName }
 	for _, rr := range nr.ReReserve {
 		if !rr.Conflict {
 			continue

@@ -15,7 +15,7 @@ import (
 // (of any network) names, the only ones whose addresses the store may not
 // hold. A sandbox's addresses do not change while it lives, so each is asked
 // once (s.statusIPs); the cache keeps only sandboxes still listed READY.
-func (s *Sweeper) sandboxUses(ctx context.Context, view reclaim.CRIView, sandboxes []reclaim.CRISandbox, nets []*NetworkReport) []reclaim.Use {
+func (s *Sweeper) sandboxUses(ctx context.Context, view reclaim.CRIView, sandboxes []reclaim.PodSandbox, nets []*NetworkReport) []reclaim.Use {
 	if !view.Complete {
 		return nil
 	}

@@ -81,9 +81,9 @@ func (s *Snapshot) PoolSize() float64 {
 	return max(total, float64(len(s.Records)))
 }
 
-// Held is how many records the store holds, the base of the mass-reclaim
-// guard.
-func (s *Snapshot) Held() int { return len(s.Records) + len(s.Damaged) }
+// Reserved is how many addresses the store reserves (its records, damaged
+// ones included), the base of the mass-reclaim guard.
+func (s *Snapshot) Reserved() int { return len(s.Records) + len(s.Damaged) }
 
 // ReadSnapshot opens the store briefly, reads everything the daemon needs in one
 // read transaction, and closes it again: plugins never wait on the daemon for

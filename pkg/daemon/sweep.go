@@ -74,18 +74,8 @@ type storeState struct {
 	unpostedDropped bool
 	// dryObs holds, under --dry-run, the observations a real sweep would
 	// have stored, so misses accumulate across sweeps without writing.
-	dryObs map[obsKey]allocator.Observation
-}
-
-// obsKey identifies one allocation (not just its address) across sweeps.
-type obsKey struct {
-	ip              netip.Addr
-	container, ifc  string
-	createdUnixNano int64
-}
-
-func keyOf(r *allocator.Record) obsKey {
-	return obsKey{r.IP, r.ContainerID, r.IfName, r.Created.UnixNano()}
+	// The key is the allocation (not just its address).
+	dryObs map[allocator.AllocationID]allocator.Observation
 }
 
 // SweepReport is one sweep: what it observed, decided and did.
@@ -253,9 +243,9 @@ func (s *Sweeper) rememberDryRun(rep *SweepReport) {
 		if !nr.readable() {
 			continue
 		}
-		m := make(map[obsKey]allocator.Observation, len(nr.Verdict.Decisions))
+		m := make(map[allocator.AllocationID]allocator.Observation, len(nr.Verdict.Decisions))
 		for _, d := range nr.Verdict.Decisions {
-			m[keyOf(d.Record)] = d.Obs
+			m[d.Record.ID()] = d.Obs
 		}
 		s.stores[nr.Path].dryObs = m
 	}

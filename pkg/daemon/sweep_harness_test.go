@@ -115,7 +115,7 @@ func (e *sweepEnv) tryAlloc(owner allocator.Owner, at time.Time, requested ...ne
 func (e *sweepEnv) release(id string, at time.Time) {
 	e.t.Helper()
 	e.update(func(tx *store.Tx) error {
-		_, err := allocator.Release(tx, id, "eth0", allocator.Why{Reason: "CNI DEL", By: "plugin"}, at)
+		_, err := allocator.Release(tx, allocator.Attachment{ContainerID: id, IfName: "eth0"}, allocator.Why{Reason: "CNI DEL", By: "plugin"}, at)
 		return err
 	})
 }

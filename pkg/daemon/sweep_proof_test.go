@@ -159,7 +159,10 @@ func TestSweepRebootEmptyRuntime(t *testing.T) {
 			if sinceBoot {
 				id := "new"
 				e.alloc(id, boot.Add(time.Minute))
-				e.update(func(tx *store.Tx) error { _, err := allocator.MarkCommitted(tx, id, "eth0", t0); return err })
+				e.update(func(tx *store.Tx) error {
+					_, err := allocator.MarkCommitted(tx, allocator.Attachment{ContainerID: id, IfName: "eth0"}, t0)
+					return err
+				})
 			}
 			rep := e.sweepAt(t0)
 			nr := e.net(rep)

@@ -47,10 +47,10 @@ type planCase struct {
 }
 
 func TestDecidePlanTable(t *testing.T) {
-	ready := func(id string, ips ...netip.Addr) Sandbox {
-		return Sandbox{ID: id, State: SandboxReady, IPs: ips}
+	ready := func(id string, ips ...netip.Addr) PodSandbox {
+		return PodSandbox{ID: id, State: SandboxReady, IPs: ips}
 	}
-	cri := criAt(late, ready("sb-live"), ready("sb-new", addr("10.1.0.103")), Sandbox{ID: "sb-stopped", State: SandboxNotReady})
+	cri := criAt(late, ready("sb-live"), ready("sb-new", addr("10.1.0.103")), PodSandbox{ID: "sb-stopped", State: SandboxNotReady})
 	live := planRec(1, "sb-live")
 	newRec := planRec(3, "sb-new", pending)
 	stopped := planRec(4, "sb-stopped")
@@ -64,9 +64,9 @@ func TestDecidePlanTable(t *testing.T) {
 	// reclaims': all written.
 	baseWrites := []string{"sb-live", "sb-new", "sb-stopped", "sb-leak", "sb-young", "sb-gone"}
 	uses := []Use{
-		{Sandbox: CRISandbox{ID: "sb-ghost", State: SandboxReady}, IP: addr("10.1.0.20")}, // unrecorded
-		{Sandbox: CRISandbox{ID: "sb-twin", State: SandboxReady}, IP: live.IP},            // held by READY sb-live
-		{Sandbox: CRISandbox{ID: "sb-thief", State: SandboxReady}, IP: leak.IP},           // held by absent sb-leak
+		{Sandbox: PodSandbox{ID: "sb-ghost", State: SandboxReady}, IP: addr("10.1.0.20")}, // unrecorded
+		{Sandbox: PodSandbox{ID: "sb-twin", State: SandboxReady}, IP: live.IP},            // held by READY sb-live
+		{Sandbox: PodSandbox{ID: "sb-thief", State: SandboxReady}, IP: leak.IP},           // held by absent sb-leak
 	}
 	cases := []planCase{
 		{name: "reclaims, keeps, commits; re-reserves and reports a conflict",

@@ -24,7 +24,7 @@ func TestDecideMassReclaimGuard(t *testing.T) {
 		cs = append(cs, Candidate{Record: prec(pending, func(r *allocator.Record) { r.ContainerID = "sb-live" })})
 		return cs
 	}
-	view := criAt(late, Sandbox{ID: "sb-live", State: SandboxReady, IPs: []netip.Addr{ipA}})
+	view := criAt(late, PodSandbox{ID: "sb-live", State: SandboxReady, IPs: []netip.Addr{ipA}})
 	cases := []struct {
 		name     string
 		fraction float64

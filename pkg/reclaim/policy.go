@@ -17,10 +17,14 @@ const (
 	SandboxAbsent   = "absent"
 )
 
-// Sandbox is one pod sandbox as CRI lists it.
-type Sandbox struct {
+// PodSandbox is one pod sandbox as the runtime's CRI lists it
+// (ListPodSandbox), with what else the daemon asked of it.
+type PodSandbox struct {
 	ID    string
 	State string // SandboxReady, SandboxNotReady or SandboxUnknown
+	// PodNamespace, PodName and PodUID are the sandbox's pod metadata ("" when
+	// the runtime gave none): what a rebuild records and a report names.
+	PodNamespace, PodName, PodUID string
 	// IPs from PodSandboxStatus; filled only for READY sandboxes whose records
 	// are still pending (that is when the daemon needs them).
 	IPs []netip.Addr
@@ -32,7 +36,7 @@ type CRIView struct {
 	Complete  bool
 	Why       string    // why it is not complete
 	ListedAt  time.Time // when the list was requested
-	Sandboxes map[string]Sandbox
+	Sandboxes map[string]PodSandbox
 }
 
 // Pod is what the Kubernetes API says about one pod on this node.
@@ -142,23 +146,23 @@ type Verdict struct {
 }
 
 // GuardLimit is the most reclaims without proof of death one sweep may make on
-// a network holding held records: the fraction of them, rounded down, but at
+// a network with reserved records: the fraction of them, rounded down, but at
 // least one, so that a lone leak on a small network is still reclaimed (a
 // second one waits for the next sweep).
-func GuardLimit(fraction float64, held int) int {
+func GuardLimit(fraction float64, reserved int) int {
 	if math.IsNaN(fraction) || fraction <= 0 {
 		return 0
 	}
 	// The epsilon keeps a product such as 0.57*100 = 56.999... from refusing
 	// a sweep exactly at the limit.
-	return max(1, int(math.Floor(min(fraction, 1)*float64(held)+1e-9)))
+	return max(1, int(math.Floor(min(fraction, 1)*float64(reserved)+1e-9)))
 }
 
 // Decide is the whole reclaim policy: a pure function of the records, what CRI
-// and the API server say, and the clock. held is how many records the network
-// holds (damaged ones included). A record is reclaimed only when CRI answered
-// completely this sweep, the record predates that answer, its sandbox is not
-// listed, and either
+// and the API server say, and the clock. reserved is how many addresses the
+// network's store reserves (its records, damaged ones included). A record is
+// reclaimed only when CRI answered completely this sweep, the record predates
+// that answer, its sandbox is not listed, and either
 //
 //   - it carries proof of death (Candidate.NetnsGone or PredatesBoot) and has
 //     been absent for p.NetnsGrace (0: at once): no misses, no grace, no
@@ -168,7 +172,7 @@ func GuardLimit(fraction float64, held int) int {
 //     and for p.Grace; the record is p.MinAge old (an ADD can be invisible to
 //     CRI for minutes while in flight); the API server (when used) was read
 //     and no live pod lists the address; and the network's reclaims without
-//     proof stay within GuardLimit(p.MaxReclaimFraction, held), else none of
+//     proof stay within GuardLimit(p.MaxReclaimFraction, reserved), else none of
 //     them is made (a runtime that lists none of our sandboxes must not empty
 //     the pool).
 //
@@ -177,9 +181,9 @@ func GuardLimit(fraction float64, held int) int {
 //
 // Decide is Judge followed by Settle; a sweep calls them apart so that it
 // reads the API server only when Judge leaves a reclaim it could veto.
-func Decide(p Policy, cands []Candidate, held int, cri CRIView, api APIView, now time.Time) Verdict {
+func Decide(p Policy, cands []Candidate, reserved int, cri CRIView, api APIView, now time.Time) Verdict {
 	v := Judge(p, cands, cri, now)
-	Settle(&v, p, held, api)
+	Settle(&v, p, reserved, api)
 	return v
 }
 
@@ -209,7 +213,7 @@ func (v *Verdict) NeedsAPI() bool {
 // is vetoed when the API server (if used) could not be read or a live pod on
 // this node lists its address, and the rest are refused together when they
 // exceed the network's GuardLimit.
-func Settle(v *Verdict, p Policy, held int, api APIView) {
+func Settle(v *Verdict, p Policy, reserved int, api APIView) {
 	var unproven []int
 	v.Proven = 0
 	for i := range v.Decisions {
@@ -234,12 +238,12 @@ func Settle(v *Verdict, p Policy, held int, api APIView) {
 		unproven = append(unproven, i)
 	}
 	v.WouldReclaim = len(unproven)
-	v.GuardLimit = GuardLimit(p.MaxReclaimFraction, held)
+	v.GuardLimit = GuardLimit(p.MaxReclaimFraction, reserved)
 	v.Guarded = len(unproven) > v.GuardLimit
 	if v.Guarded {
 		for _, i := range unproven {
 			v.Decisions[i].keep(KeepGuarded, fmt.Sprintf("mass-reclaim guard: this sweep would reclaim %d of the %d records without proof of death (limit %d, %g of the records); waiting for a person",
-				len(unproven), held, v.GuardLimit, p.MaxReclaimFraction))
+				len(unproven), reserved, v.GuardLimit, p.MaxReclaimFraction))
 		}
 	}
 }
@@ -354,12 +358,6 @@ func contains(ips []netip.Addr, ip netip.Addr) bool {
 		}
 	}
 	return false
-}
-
-// CRISandbox is one listed sandbox with the pod metadata a rebuild records.
-type CRISandbox struct {
-	ID, State                     string
-	PodNamespace, PodName, PodUID string
 }
 
 // DefaultMaxFraction is the share of a network's records that one

@@ -51,8 +51,8 @@ func missed(n int, first time.Time) func(*allocator.Record) {
 }
 
 // criAt is a complete CRI answer listed at `at` with the given sandboxes.
-func criAt(at time.Time, sbs ...Sandbox) CRIView {
-	v := CRIView{Complete: true, ListedAt: at, Sandboxes: map[string]Sandbox{}}
+func criAt(at time.Time, sbs ...PodSandbox) CRIView {
+	v := CRIView{Complete: true, ListedAt: at, Sandboxes: map[string]PodSandbox{}}
 	for _, sb := range sbs {
 		v.Sandboxes[sb.ID] = sb
 	}

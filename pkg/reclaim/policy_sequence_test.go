@@ -125,7 +125,7 @@ func TestDecideAddInFlightForMinutes(t *testing.T) {
 	rec := *r
 	rec.Obs = allocator.Observation{Misses: 298, FirstMissed: created.Add(time.Second)}
 	now := created.Add(299 * time.Second)
-	d := decide1(testPolicy, Candidate{Record: &rec}, criAt(now, Sandbox{ID: "sb-a", State: SandboxReady, IPs: []netip.Addr{ipA}}), APIView{}, now)
+	d := decide1(testPolicy, Candidate{Record: &rec}, criAt(now, PodSandbox{ID: "sb-a", State: SandboxReady, IPs: []netip.Addr{ipA}}), APIView{}, now)
 	if d.Action != MarkCommitted || d.Obs.Misses != 0 || !d.Obs.FirstMissed.IsZero() {
 		t.Fatalf("finished ADD: action %v obs %+v, want MarkCommitted with misses reset", d.Action, d.Obs)
 	}

@@ -134,7 +134,7 @@ func TestNetnsProof(t *testing.T) {
 func TestGuardLimit(t *testing.T) {
 	cases := []struct {
 		fraction float64
-		held     int
+		reserved int
 		want     int
 	}{
 		{0.5, 100, 50},
@@ -149,8 +149,8 @@ func TestGuardLimit(t *testing.T) {
 		{0, 100, 0},
 	}
 	for _, tc := range cases {
-		if got := GuardLimit(tc.fraction, tc.held); got != tc.want {
-			t.Errorf("GuardLimit(%g, %d) = %d, want %d", tc.fraction, tc.held, got, tc.want)
+		if got := GuardLimit(tc.fraction, tc.reserved); got != tc.want {
+			t.Errorf("GuardLimit(%g, %d) = %d, want %d", tc.fraction, tc.reserved, got, tc.want)
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 // SandboxAddrs is what the runtime reports of one sandbox for a rebuild: the
 // sandbox as listed and the addresses PodSandboxStatus gives it.
 type SandboxAddrs struct {
-	Sandbox CRISandbox
+	Sandbox PodSandbox
 	IPs     []netip.Addr
 }
 

@@ -12,8 +12,8 @@ import (
 // address first, and what each source becomes.
 func TestMergeRebuild(t *testing.T) {
 	ip := netip.MustParseAddr
-	sb := func(id string) CRISandbox {
-		return CRISandbox{ID: id, State: SandboxReady, PodNamespace: "ns", PodName: id, PodUID: "uid-" + id}
+	sb := func(id string) PodSandbox {
+		return PodSandbox{ID: id, State: SandboxReady, PodNamespace: "ns", PodName: id, PodUID: "uid-" + id}
 	}
 	old := func(a, id string) *allocator.Record {
 		return &allocator.Record{IP: ip(a), ContainerID: id, IfName: "eth0", State: allocator.StateCommitted, Source: "add"}

@@ -9,7 +9,7 @@ import (
 
 // Use is an address a READY sandbox uses, as PodSandboxStatus reports it.
 type Use struct {
-	Sandbox CRISandbox
+	Sandbox PodSandbox
 	IP      netip.Addr
 }
 
@@ -17,7 +17,7 @@ type Use struct {
 // uses that the store does not hold for that sandbox.
 type ReReserve struct {
 	IP      netip.Addr
-	Sandbox CRISandbox
+	Sandbox PodSandbox
 	// Reason is unrecorded, other_owner or damaged; Conflict marks an address
 	// another READY sandbox holds, which is reported and not rewritten.
 	Reason   string

@@ -12,11 +12,11 @@ func TestReconcile(t *testing.T) {
 	sets := testRanges // 10.1.0.10 - 10.1.0.200
 	in1, in2 := addr("10.1.0.20"), addr("10.1.0.21")
 	outside := addr("192.168.5.5")
-	sbS := CRISandbox{ID: "sb-s", State: SandboxReady, PodNamespace: "default", PodName: "s", PodUID: "uid-s"}
+	sbS := PodSandbox{ID: "sb-s", State: SandboxReady, PodNamespace: "default", PodName: "s", PodUID: "uid-s"}
 	rec := func(ip netip.Addr, owner string) *allocator.Record {
 		return &allocator.Record{IP: ip, ContainerID: owner, IfName: "eth0", Created: t0}
 	}
-	view := func(sbs ...Sandbox) CRIView { return criAt(late, sbs...) }
+	view := func(sbs ...PodSandbox) CRIView { return criAt(late, sbs...) }
 	type want struct {
 		ip       netip.Addr
 		reason   string
@@ -42,11 +42,11 @@ func TestReconcile(t *testing.T) {
 			want: []want{{in1, ReReserveOtherOwner, false}}},
 		{name: "recorded for a NOTREADY sandbox: re-reserve (its DEL releases by owner)",
 			uses: []Use{{sbS, in1}}, recs: []*allocator.Record{rec(in1, "sb-old")}, sets: sets,
-			view: view(Sandbox{ID: "sb-old", State: SandboxNotReady}),
+			view: view(PodSandbox{ID: "sb-old", State: SandboxNotReady}),
 			want: []want{{in1, ReReserveOtherOwner, false}}},
 		{name: "recorded for another READY sandbox: a conflict, not rewritten",
 			uses: []Use{{sbS, in1}}, recs: []*allocator.Record{rec(in1, "sb-t")}, sets: sets,
-			view: view(Sandbox{ID: "sb-t", State: SandboxReady}),
+			view: view(PodSandbox{ID: "sb-t", State: SandboxReady}),
 			want: []want{{in1, ReReserveOtherOwner, true}}},
 		{name: "a damaged record there: re-reserve",
 			uses: []Use{{sbS, in1}}, damaged: []allocator.DamagedRecord{{IP: in1}}, sets: sets, view: view(),

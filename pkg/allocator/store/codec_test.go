@@ -167,14 +167,14 @@ func TestRecordWitnessFormat(t *testing.T) {
 	}
 	// The owner fields are read in place in both formats.
 	for _, b := range [][]byte{plainB, withB} {
-		if match, sure := ownerMatches(b, w.ContainerID, w.IfName); !match || !sure {
+		if match, sure := ownerMatches(b, w.Attachment()); !match || !sure {
 			t.Errorf("format %d: ownerMatches = %v, %v", b[0], match, sure)
 		}
 	}
 	// A damaged record's owner is salvaged in both formats.
 	for _, b := range [][]byte{plainB, withB} {
-		if id, ifname := salvageOwner(b[:len(b)-1]); id != w.ContainerID || ifname != w.IfName {
-			t.Errorf("format %d, cut short: salvaged owner %q %q", b[0], id, ifname)
+		if got := salvageOwner(b[:len(b)-1]); got != w.Attachment() {
+			t.Errorf("format %d, cut short: salvaged owner %+v", b[0], got)
 		}
 	}
 	bad := func(name string, mutate func(e *enc)) {
@@ -215,11 +215,11 @@ func TestRecordIdentityFormat(t *testing.T) {
 	if err := newDecUpTo(newB, recordWitnessFormat).err; err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("a decoder that knows formats up to %d: %v, want newer", recordWitnessFormat, err)
 	}
-	if match, sure := ownerMatches(newB, r.ContainerID, r.IfName); !match || !sure {
+	if match, sure := ownerMatches(newB, r.Attachment()); !match || !sure {
 		t.Errorf("ownerMatches = %v, %v", match, sure)
 	}
-	if id, ifname := salvageOwner(newB[:len(newB)-1]); id != r.ContainerID || ifname != r.IfName {
-		t.Errorf("cut short: salvaged owner %q %q", id, ifname)
+	if got := salvageOwner(newB[:len(newB)-1]); got != r.Attachment() {
+		t.Errorf("cut short: salvaged owner %+v", got)
 	}
 	e := newEncFormat(0, recordIdentityFormat)
 	e.b = append(e.b, oldB[1:]...)

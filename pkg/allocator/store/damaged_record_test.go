@@ -66,7 +66,7 @@ func TestDamagedRecordQuarantine(t *testing.T) {
 			damage(t, s, func(tx *Tx) error { return tx.allocs.Put(addrKey(a3), bad) })
 			var seen []allocator.DamagedRecord
 			update(t, s, func(tx *Tx) error {
-				recs, err := allocator.Release(tx, "b", "eth0", allocator.Why{Reason: "DEL", By: "plugin"}, testTime)
+				recs, err := allocator.Release(tx, allocator.Attachment{ContainerID: "b", IfName: "eth0"}, allocator.Why{Reason: "DEL", By: "plugin"}, testTime)
 				if err != nil || len(recs) != 0 {
 					t.Errorf("DEL of the damaged record's own container: %v, %v; want nothing released, no error", ips(recs), err)
 				}
@@ -80,7 +80,7 @@ func TestDamagedRecordQuarantine(t *testing.T) {
 				t.Errorf("DEL of another container: %v", got)
 			}
 			update(t, s, func(tx *Tx) error {
-				n, err := allocator.MarkCommitted(tx, "c", "eth0", testTime)
+				n, err := allocator.MarkCommitted(tx, allocator.Attachment{ContainerID: "c", IfName: "eth0"}, testTime)
 				if err != nil || n != 1 {
 					t.Errorf("commit marker for another container: %d, %v", n, err)
 				}
@@ -111,8 +111,8 @@ func TestDamagedRecordQuarantine(t *testing.T) {
 				return nil
 			})
 			update(t, s, func(tx *Tx) error {
-				if err := tx.Put(rec("10.0.0.3", "x", "eth0")); !errors.Is(err, allocator.ErrAddressHeld) {
-					t.Errorf("Put over a damaged record: %v, want ErrAddressHeld", err)
+				if err := tx.Put(rec("10.0.0.3", "x", "eth0")); !errors.Is(err, allocator.ErrAddressReserved) {
+					t.Errorf("Put over a damaged record: %v, want ErrAddressReserved", err)
 				}
 				rel, err := allocator.ReleaseIP(tx, a3, "operator", "operator", testTime)
 				if err != nil || rel.Damaged == nil || rel.Record != nil {

@@ -98,7 +98,7 @@ func checkIndex(t *testing.T, tx *Tx) {
 	t.Helper()
 	want := map[string]bool{}
 	if err := tx.ForEach(func(r *allocator.Record) error {
-		want[string(append(ownerPrefix(r.ContainerID, r.IfName), addrKey(r.IP)...))] = true
+		want[string(append(ownerPrefix(r.Attachment()), addrKey(r.IP)...))] = true
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -42,13 +42,14 @@ import (
 func newDamaged(key, raw []byte, err error) allocator.DamagedRecord {
 	ip, _ := keyAddr(key)
 	d := allocator.DamagedRecord{IP: ip, Err: err, Raw: bytes.Clone(raw)}
-	d.ContainerID, d.IfName = salvageOwner(raw)
+	owner := salvageOwner(raw)
+	d.ContainerID, d.IfName = owner.ContainerID, owner.IfName
 	return d
 }
 
 // salvageOwner reads a binary record's owner fields as far as they are
 // intact (they come fifth and sixth; see appendRecord).
-func salvageOwner(raw []byte) (containerID, ifname string) {
+func salvageOwner(raw []byte) allocator.Attachment {
 	d := newDecUpTo(raw, recordNewestFormat) // the leading fields are the same in every format
 	d.addr()
 	d.smallInt()
@@ -56,13 +57,13 @@ func salvageOwner(raw []byte) (containerID, ifname string) {
 	d.smallInt()
 	id := d.str()
 	if d.err != nil {
-		return "", ""
+		return allocator.Attachment{}
 	}
 	name := d.str()
 	if d.err != nil {
-		return id, ""
+		return allocator.Attachment{ContainerID: id}
 	}
-	return id, name
+	return allocator.Attachment{ContainerID: id, IfName: name}
 }
 
 // noteDamaged remembers d for DamagedSeen, once per address.
@@ -110,7 +111,7 @@ func (tx *Tx) indexesAgree() bool {
 // record whose owner cannot be read, so that every record has exactly one
 // entry (the counts in indexesAgree stay equal). No attachment has an empty
 // container ID.
-var damagedOwner = [2]string{"", ""}
+var damagedOwner = allocator.Attachment{}
 
 // VerifyIndexes compares the indexes with the records without writing.
 func (tx *Tx) VerifyIndexes() allocator.IndexRepair { return tx.compareIndexes("verify", false) }
@@ -177,11 +178,11 @@ func (tx *Tx) derivedIndexes(rep *allocator.IndexRepair) []derivedIndex {
 		entries: func(k, v []byte, r *allocator.Record) [][]byte {
 			owner := damagedOwner
 			if r != nil {
-				owner = [2]string{r.ContainerID, r.IfName}
-			} else if id, ifname := salvageOwner(v); id != "" {
-				owner = [2]string{id, ifname}
+				owner = r.Attachment()
+			} else if s := salvageOwner(v); s.ContainerID != "" {
+				owner = s
 			}
-			return [][]byte{append(ownerPrefix(owner[0], owner[1]), k...)}
+			return [][]byte{append(ownerPrefix(owner), k...)}
 		},
 		has:  func(e []byte) bool { return tx.owners != nil && tx.owners.Get(e) != nil },
 		each: func(fn func([]byte)) { eachKey(tx.owners, fn) },

@@ -8,6 +8,8 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"strconv"
+
+	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
 // Bucket layout of a store (one bbolt file per network):
@@ -15,7 +17,7 @@ import (
 //	meta        schema version, network name, range sets, last reserved per range set
 //	allocs      addrKey(ip) -> Record                  (the source of truth; codec.go)
 //	takenbits   block key -> bitmap of reserved addresses (what the address choice reads; bitmap.go)
-//	ownerhash   ownerPrefix(containerID, ifname) + addrKey -> nil  (index for ADD/DEL/CHECK)
+//	ownerhash   ownerPrefix(attachment) + addrKey -> nil  (index for ADD/DEL/CHECK)
 //	poduid      podPrefix(podUID) + addrKey -> nil for each record with a pod UID
 //	            (index for ADD's release of the pod's dead sandboxes; pods.go),
 //	            and for each key queued in poddrop
@@ -90,17 +92,17 @@ func keyAddr(k []byte) (netip.Addr, bool) {
 // Short keys keep the index shallow (a /16's 65 536 entries in three levels
 // instead of four: one page less to fault, copy and write per ADD and DEL);
 // Records compares each record's owner, so owners whose hashes collide are still told apart.
-func ownerPrefix(containerID, ifname string) []byte {
-	return binary.BigEndian.AppendUint64(make([]byte, 0, 8+17), ownerHash(containerID, ifname))
+func ownerPrefix(a allocator.Attachment) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8+17), ownerHash(a))
 }
 
 // ownerHash is FNV-1a (64 bit) of containerID \0 ifname. A variable so that
 // tests can make every owner collide.
-var ownerHash = func(containerID, ifname string) uint64 {
+var ownerHash = func(a allocator.Attachment) uint64 {
 	h := fnv.New64a()
-	h.Write([]byte(containerID))
+	h.Write([]byte(a.ContainerID))
 	h.Write([]byte{0})
-	h.Write([]byte(ifname))
+	h.Write([]byte(a.IfName))
 	return h.Sum64()
 }
 

@@ -213,7 +213,7 @@ func (l *LockedFile) Store() (s *Store, err error) {
 		return nil, classifyOpenError(l.path, "open", err)
 	}
 	l.db = db
-	s = &Store{db: db, path: l.path, file: dup, held: true, by: l.by}
+	s = &Store{db: db, path: l.path, file: dup, lockedFileView: true, by: l.by}
 	if err := s.checkReadable(); err != nil {
 		l.viewErr = err
 		return nil, err

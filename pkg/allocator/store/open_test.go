@@ -153,7 +153,7 @@ func TestUpdateWithoutWritesCommitsNothing(t *testing.T) {
 	}
 	before, beforeBytes := txid(), readFile(t, s.Path())
 	update(t, s, func(tx *Tx) error {
-		recs, err := allocator.Release(tx, "unknown", "eth0", allocator.Why{Reason: "DEL", By: "plugin"}, time.Now())
+		recs, err := allocator.Release(tx, allocator.Attachment{ContainerID: "unknown", IfName: "eth0"}, allocator.Why{Reason: "DEL", By: "plugin"}, time.Now())
 		if len(recs) != 0 {
 			t.Errorf("released %v", ips(recs))
 		}
@@ -163,7 +163,7 @@ func TestUpdateWithoutWritesCommitsNothing(t *testing.T) {
 		t.Errorf("a transaction that wrote nothing was committed: txid %d -> %d, file changed %v", before, after, !bytes.Equal(readFile(t, s.Path()), beforeBytes))
 	}
 	update(t, s, func(tx *Tx) error {
-		_, err := allocator.Release(tx, "c1", "eth0", allocator.Why{Reason: "DEL", By: "plugin"}, time.Now())
+		_, err := allocator.Release(tx, allocator.Attachment{ContainerID: "c1", IfName: "eth0"}, allocator.Why{Reason: "DEL", By: "plugin"}, time.Now())
 		return err
 	})
 	if after := txid(); after != before+1 {

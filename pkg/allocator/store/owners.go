@@ -10,13 +10,13 @@ import (
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
 
-// scanOwner finds (containerID, ifname)'s records by reading every record:
-// the answer when the owner index cannot be trusted. Damaged records are
-// noted, not returned.
-func (tx *Tx) scanOwner(containerID, ifname string) []*allocator.Record {
+// scanOwner finds attachment a's records by reading every record: the
+// answer when the owner index cannot be trusted. Damaged records are noted,
+// not returned.
+func (tx *Tx) scanOwner(a allocator.Attachment) []*allocator.Record {
 	var out []*allocator.Record
 	_ = tx.allocs.ForEach(func(k, v []byte) error {
-		if match, sure := ownerMatches(v, containerID, ifname); sure && !match {
+		if match, sure := ownerMatches(v, a); sure && !match {
 			return nil // most records: told apart without decoding
 		}
 		r, err := decodeAt(k, v)
@@ -24,7 +24,7 @@ func (tx *Tx) scanOwner(containerID, ifname string) []*allocator.Record {
 			tx.noteDamaged(newDamaged(k, v, err))
 			return nil
 		}
-		if r.ContainerID == containerID && r.IfName == ifname {
+		if r.Attachment() == a {
 			out = append(out, r)
 		}
 		return nil
@@ -32,10 +32,10 @@ func (tx *Tx) scanOwner(containerID, ifname string) []*allocator.Record {
 	return out
 }
 
-// ownerMatches compares a binary record's owner fields with (containerID,
-// ifname) in place, without decoding the record; sure is false when it cannot
-// tell (a damaged value: the caller decodes).
-func ownerMatches(v []byte, containerID, ifname string) (match, sure bool) {
+// ownerMatches compares a binary record's owner fields with attachment a in
+// place, without decoding the record; sure is false when it cannot tell (a
+// damaged value: the caller decodes).
+func ownerMatches(v []byte, a allocator.Attachment) (match, sure bool) {
 	if len(v) == 0 || v[0] < binaryFormat || v[0] > recordNewestFormat { // the same leading fields in every record format
 		return false, false
 	}
@@ -49,7 +49,7 @@ func ownerMatches(v []byte, containerID, ifname string) (match, sure bool) {
 	if d.err != nil {
 		return false, false
 	}
-	return string(id) == containerID && string(name) == ifname, true
+	return string(id) == a.ContainerID && string(name) == a.IfName, true
 }
 
 // scanAlwaysBelow is the number of records below which an owner the index
@@ -82,16 +82,15 @@ func needScan(records int, known bool, agree func() bool) bool {
 // write transaction the indexes are repaired from them when they disagree
 // (audited; Repairs).
 func (tx *Tx) verifyNone(a allocator.Attachment) ([]*allocator.Record, error) {
-	containerID, ifname := a.ContainerID, a.IfName
 	n, known := tx.recordCount()
 	if !needScan(n, known, tx.indexesAgree) {
 		return nil, nil
 	}
-	recs := tx.scanOwner(containerID, ifname)
+	recs := tx.scanOwner(a)
 	if tx.btx.Writable() && (len(recs) > 0 || !tx.indexesAgree()) {
-		why := fmt.Sprintf("lookup of container %s ifname %q: the indexes disagree with the records count", containerID, ifname)
+		why := fmt.Sprintf("lookup of container %s ifname %q: the indexes disagree with the records count", a.ContainerID, a.IfName)
 		if len(recs) > 0 {
-			why = fmt.Sprintf("lookup of container %s ifname %q: %d records missing from the owner index", containerID, ifname, len(recs))
+			why = fmt.Sprintf("lookup of container %s ifname %q: %d records missing from the owner index", a.ContainerID, a.IfName, len(recs))
 		}
 		if _, err := tx.RepairIndexes(why, time.Now()); err != nil {
 			return nil, err

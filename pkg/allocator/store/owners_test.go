@@ -16,8 +16,8 @@ import (
 // owner; with every owner hashing alike, lookups, overwrites and deletes
 // still see each owner's records only.
 func TestOwnersIndexCollisions(t *testing.T) {
-	defer func(h func(string, string) uint64) { ownerHash = h }(ownerHash)
-	ownerHash = func(string, string) uint64 { return 42 }
+	defer func(h func(allocator.Attachment) uint64) { ownerHash = h }(ownerHash)
+	ownerHash = func(allocator.Attachment) uint64 { return 42 }
 	s := newStore(t)
 	update(t, s, func(tx *Tx) error {
 		for _, r := range []*allocator.Record{rec("10.0.0.2", "c1", "eth0"), rec("10.0.0.3", "c2", "eth0"), rec("10.0.0.4", "c1", "net1"), rec("10.0.0.5", "c1", "eth0")} {
@@ -26,8 +26,8 @@ func TestOwnersIndexCollisions(t *testing.T) {
 			}
 		}
 		// Put never takes another owner's address; Replace does.
-		if err := tx.Put(rec("10.0.0.3", "c1", "eth0")); !errors.Is(err, allocator.ErrAddressHeld) {
-			t.Errorf("Put over another owner's record: %v, want ErrAddressHeld", err)
+		if err := tx.Put(rec("10.0.0.3", "c1", "eth0")); !errors.Is(err, allocator.ErrAddressReserved) {
+			t.Errorf("Put over another owner's record: %v, want ErrAddressReserved", err)
 		}
 		// 10.0.0.3 changes hands, 10.0.0.5 is released.
 		if prev, _, err := tx.Replace(rec("10.0.0.3", "c1", "eth0")); err != nil || prev == nil || prev.ContainerID != "c2" {
@@ -82,8 +82,8 @@ func TestOwnersIndex(t *testing.T) {
 	})
 	update(t, s, func(tx *Tx) error {
 		// Put refuses to overwrite another owner; Replace moves the address.
-		if err := tx.Put(rec("10.0.0.3", "c2", "eth0")); !errors.Is(err, allocator.ErrAddressHeld) {
-			t.Errorf("Put over c1's record: %v, want ErrAddressHeld", err)
+		if err := tx.Put(rec("10.0.0.3", "c2", "eth0")); !errors.Is(err, allocator.ErrAddressReserved) {
+			t.Errorf("Put over c1's record: %v, want ErrAddressReserved", err)
 		}
 		if _, _, err := tx.Replace(rec("10.0.0.3", "c2", "eth0")); err != nil {
 			return err
@@ -137,8 +137,8 @@ func TestOwnersIndexRandom(t *testing.T) {
 				o := owners[r.IntN(len(owners))]
 				err := tx.Put(rec(ip.String(), o[0], o[1]))
 				if held, ok := model[ip]; ok && held != o {
-					if !errors.Is(err, allocator.ErrAddressHeld) {
-						t.Fatalf("seed %d: Put of %s for %v over %v's record: %v, want ErrAddressHeld", seed, ip, o, held, err)
+					if !errors.Is(err, allocator.ErrAddressReserved) {
+						t.Fatalf("seed %d: Put of %s for %v over %v's record: %v, want ErrAddressReserved", seed, ip, o, held, err)
 					}
 					if r.IntN(2) == 0 {
 						continue
@@ -228,7 +228,9 @@ func TestReleaseLargeStore(t *testing.T) {
 		return tx.SetRangeSets([]allocator.StoredRangeSet{big})
 	})
 	victim := netip.MustParseAddr("10.1.0.12") // c10
-	damage(t, s, func(tx *Tx) error { return tx.owners.Delete(append(ownerPrefix("c10", "eth0"), addrKey(victim)...)) })
+	damage(t, s, func(tx *Tx) error {
+		return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "c10", IfName: "eth0"}), addrKey(victim)...))
+	})
 	if got := release(t, s, "c10", "eth0"); !slices.Equal(got, []string{victim.String()}) {
 		t.Fatalf("Release of a record whose index entry is lost in a large store: %v", got)
 	}
@@ -246,7 +248,7 @@ func TestReleaseFindsRecordsWhenTheOwnerIndexIsWrong(t *testing.T) {
 		damage func(tx *Tx) error
 	}{
 		{"its entry deleted", func(tx *Tx) error {
-			return tx.owners.Delete(append(ownerPrefix("b", "eth0"), addrKey(netip.MustParseAddr("10.0.0.3"))...))
+			return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), addrKey(netip.MustParseAddr("10.0.0.3"))...))
 		}},
 		{"every entry deleted", func(tx *Tx) error {
 			if err := tx.btx.DeleteBucket(bucketOwners); err != nil {
@@ -257,22 +259,22 @@ func TestReleaseFindsRecordsWhenTheOwnerIndexIsWrong(t *testing.T) {
 		}},
 		{"its entry under another owner", func(tx *Tx) error {
 			k := addrKey(netip.MustParseAddr("10.0.0.3"))
-			if err := tx.owners.Delete(append(ownerPrefix("b", "eth0"), k...)); err != nil {
+			if err := tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), k...)); err != nil {
 				return err
 			}
-			return tx.owners.Put(append(ownerPrefix("zz", "eth0"), k...), nil)
+			return tx.owners.Put(append(ownerPrefix(allocator.Attachment{ContainerID: "zz", IfName: "eth0"}), k...), nil)
 		}},
 		{"records count lost", func(tx *Tx) error {
 			if err := tx.meta.Delete(keyRecords); err != nil {
 				return err
 			}
-			return tx.owners.Delete(append(ownerPrefix("b", "eth0"), addrKey(netip.MustParseAddr("10.0.0.3"))...))
+			return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), addrKey(netip.MustParseAddr("10.0.0.3"))...))
 		}},
 		{"records count damaged", func(tx *Tx) error {
 			if err := tx.meta.Put(keyRecords, []byte("xx")); err != nil {
 				return err
 			}
-			return tx.owners.Delete(append(ownerPrefix("b", "eth0"), addrKey(netip.MustParseAddr("10.0.0.3"))...))
+			return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), addrKey(netip.MustParseAddr("10.0.0.3"))...))
 		}},
 	}
 	for _, tc := range cases {

@@ -64,7 +64,7 @@ func release(t *testing.T, s *Store, id, ifname string) []string {
 	var recs []*allocator.Record
 	update(t, s, func(tx *Tx) error {
 		var err error
-		recs, err = allocator.Release(tx, id, ifname, allocator.Why{Reason: "DEL", By: "plugin"}, testTime)
+		recs, err = allocator.Release(tx, allocator.Attachment{ContainerID: id, IfName: ifname}, allocator.Why{Reason: "DEL", By: "plugin"}, testTime)
 		return err
 	})
 	return ips(recs)
@@ -75,7 +75,7 @@ func held(t *testing.T, s *Store, id, ifname string) []string {
 	var recs []*allocator.Record
 	view(t, s, func(tx *Tx) error {
 		var err error
-		recs, err = allocator.AttachmentRecords(tx, id, ifname)
+		recs, err = allocator.AttachmentRecords(tx, allocator.Attachment{ContainerID: id, IfName: ifname})
 		return err
 	})
 	return ips(recs)

@@ -28,9 +28,9 @@ func (tx *Tx) Records(q allocator.Query) ([]*allocator.Record, error) {
 	case q.Attachment != nil && tx.owners == nil:
 		// A read-only view of a store that lost its owner index (damage;
 		// the next read-write open restores it).
-		return filter(tx.scanOwner(q.Attachment.ContainerID, q.Attachment.IfName), q), nil
+		return filter(tx.scanOwner(*q.Attachment), q), nil
 	case q.Attachment != nil:
-		recs := tx.indexed(tx.owners, ownerPrefix(q.Attachment.ContainerID, q.Attachment.IfName), q)
+		recs := tx.indexed(tx.owners, ownerPrefix(*q.Attachment), q)
 		if len(recs) > 0 || !q.Verify {
 			return recs, nil
 		}

@@ -46,17 +46,17 @@ func (tx *Tx) HasRecord(ip netip.Addr) bool { return tx.allocs.Get(addrKey(ip)) 
 // Put writes r under r.IP and indexes it by owner and in the taken index.
 // The address must be free or held by r's own attachment (the same
 // containerID and ifname): otherwise Put writes nothing and returns an error
-// wrapping ErrAddressHeld.
+// wrapping ErrAddressReserved.
 func (tx *Tx) Put(r *allocator.Record) error {
 	key := addrKey(r.IP)
 	if old := tx.allocs.Get(key); old != nil {
 		prev, err := decodeAt(key, old)
 		if err != nil {
-			return fmt.Errorf("%w: %s has a damaged record (%v); it stays reserved until released (hostlease-gc release %s)", allocator.ErrAddressHeld, r.IP, err, r.IP)
+			return fmt.Errorf("%w: %s has a damaged record (%v); it stays reserved until released (hostlease-gc release %s)", allocator.ErrAddressReserved, r.IP, err, r.IP)
 		}
-		if prev.ContainerID != r.ContainerID || prev.IfName != r.IfName {
+		if prev.Attachment() != r.Attachment() {
 			return fmt.Errorf("%w: %s is held by container %s ifname %q, not %s ifname %q",
-				allocator.ErrAddressHeld, r.IP, prev.ContainerID, prev.IfName, r.ContainerID, r.IfName)
+				allocator.ErrAddressReserved, r.IP, prev.ContainerID, prev.IfName, r.ContainerID, r.IfName)
 		}
 		if err := tx.dropPodEntry(prev, r.PodUID); err != nil {
 			return err
@@ -89,8 +89,8 @@ func (tx *Tx) Replace(r *allocator.Record) (*allocator.Record, *allocator.Damage
 			return nil, nil, err
 		}
 	} else {
-		if prev.ContainerID != r.ContainerID || prev.IfName != r.IfName {
-			if err := tx.owners.Delete(append(ownerPrefix(prev.ContainerID, prev.IfName), key...)); err != nil {
+		if prev.Attachment() != r.Attachment() {
+			if err := tx.owners.Delete(append(ownerPrefix(prev.Attachment()), key...)); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -115,7 +115,7 @@ func (tx *Tx) putRecord(r *allocator.Record, key []byte, isNew bool) error {
 	if err := (takenBits{tx.taken}).set(r.IP, true); err != nil {
 		return err
 	}
-	if err := tx.owners.Put(append(ownerPrefix(r.ContainerID, r.IfName), key...), nil); err != nil {
+	if err := tx.owners.Put(append(ownerPrefix(r.Attachment()), key...), nil); err != nil {
 		return err
 	}
 	if err := tx.putPodEntry(r, key); err != nil {
@@ -217,7 +217,7 @@ func (tx *Tx) dropOwnerEntries(key []byte) error {
 // entries, without reading and decoding it again.
 func (tx *Tx) deleteRecord(r *allocator.Record) error {
 	key := addrKey(r.IP)
-	if err := tx.owners.Delete(append(ownerPrefix(r.ContainerID, r.IfName), key...)); err != nil {
+	if err := tx.owners.Delete(append(ownerPrefix(r.Attachment()), key...)); err != nil {
 		return err
 	}
 	if err := tx.dropPodEntry(r, ""); err != nil {

@@ -161,8 +161,8 @@ func (s *Store) checkReadable() (err error) {
 		// derived bucket turned plain value reads as a missing one (see
 		// wrapTx) until the next read-write open makes it anew. Readers
 		// that report a store's health ask RootDamage. The rebuild's own
-		// view (held) reads on and asks RootDamage too.
-		if !s.held {
+		// view (lockedFileView) reads on and asks RootDamage too.
+		if !s.lockedFileView {
 			if err := rootError(s.path, rootFaults(btx, s.file), false); err != nil {
 				return err
 			}

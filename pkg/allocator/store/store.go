@@ -26,8 +26,8 @@ type Store struct {
 	// file is the file bbolt opened and locked (nil where Open leaves opening
 	// to bbolt).
 	file *os.File
-	// held: a read view of a LockedFile, which owns the lock (Store).
-	held bool
+	// lockedFileView: a read view of a LockedFile, which owns the lock (Store).
+	lockedFileView bool
 	// by is who acts through this store (OpenOptions.By).
 	by string
 }
@@ -190,7 +190,7 @@ func (s *Store) Path() string { return s.path }
 // Close releases the file lock (a view opened by LockedFile.Store: nothing;
 // LockedFile.Close ends it).
 func (s *Store) Close() error {
-	if s.held {
+	if s.lockedFileView {
 		return nil
 	}
 	return s.db.Close()
@@ -204,7 +204,7 @@ func (s *Store) Close() error {
 // committed, so that concurrent calls waiting for the lock start at once.
 // The Store must not be used after.
 func (s *Store) UnlockForExit() error {
-	if s.held {
+	if s.lockedFileView {
 		return nil
 	}
 	if s.file == nil { // Open left opening (and locking) to bbolt
@@ -223,7 +223,7 @@ func (s *Store) UnlockForExit() error {
 // A panic of bbolt on a page it reads (or a fault on the mapping) is returned
 // as ErrPageDamaged; a failure to write or sync as a *IOError.
 func (s *Store) Update(fn func(*Tx) error) (err error) {
-	if s.held {
+	if s.lockedFileView {
 		return errNotLocked
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))

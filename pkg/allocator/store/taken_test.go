@@ -173,8 +173,12 @@ func TestIndexesAgree(t *testing.T) {
 		want   bool
 	}{
 		{"consistent", func(*Tx) error { return nil }, true},
-		{"owner entry lost", func(tx *Tx) error { return tx.owners.Delete(append(ownerPrefix("b", "eth0"), addrKey(a3)...)) }, false},
-		{"stray owner entry", func(tx *Tx) error { return tx.owners.Put(append(ownerPrefix("x", "eth0"), addrKey(a3)...), nil) }, false},
+		{"owner entry lost", func(tx *Tx) error {
+			return tx.owners.Delete(append(ownerPrefix(allocator.Attachment{ContainerID: "b", IfName: "eth0"}), addrKey(a3)...))
+		}, false},
+		{"stray owner entry", func(tx *Tx) error {
+			return tx.owners.Put(append(ownerPrefix(allocator.Attachment{ContainerID: "x", IfName: "eth0"}), addrKey(a3)...), nil)
+		}, false},
 		{"bit lost", func(tx *Tx) error { return takenBits{tx.taken}.set(a3, false) }, false},
 		{"stray bit", func(tx *Tx) error { return takenBits{tx.taken}.set(netip.MustParseAddr("10.0.0.6"), true) }, false},
 		{"count absent", func(tx *Tx) error { return tx.meta.Delete(keyRecords) }, false},
