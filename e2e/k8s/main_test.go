@@ -155,13 +155,9 @@ func apply(t testing.TB, c *Cluster, manifest string) {
 // records reads the plugin's stores on the node with the project's CLI.
 func records(t testing.TB) []allocator.Record {
 	t.Helper()
-	bin, err := harness.ProjectBin("hostlease-gc")
+	out, err := runGC("list", "-o", "json", "--data-dir", CNIDataDir)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, "list", "-o", "json", "--data-dir", CNIDataDir).Output()
-	if err != nil {
-		t.Fatalf("hostlease-gc list: %v", err)
 	}
 	var rs []allocator.Record
 	if err := json.Unmarshal(out, &rs); err != nil {
@@ -174,13 +170,9 @@ func records(t testing.TB) []allocator.Record {
 // by the store's bound), as `hostlease-gc audit -o json` shows it.
 func auditLog(t testing.TB) []allocator.AuditEvent {
 	t.Helper()
-	bin, err := harness.ProjectBin("hostlease-gc")
+	out, err := runGC("audit", "-o", "json", "--limit", "100000", "--data-dir", CNIDataDir)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, "audit", "-o", "json", "--limit", "100000", "--data-dir", CNIDataDir).Output()
-	if err != nil {
-		t.Fatalf("hostlease-gc audit: %v", err)
 	}
 	var evs []allocator.AuditEvent
 	if err := json.Unmarshal(out, &evs); err != nil {
