@@ -184,7 +184,7 @@ func (n *testNet) records(t *testing.T) []*allocator.Record {
 	if _, err := os.Stat(n.StorePath()); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	out, err := n.env.GC("list", "-o", "json", "--data-dir", n.DataDir, "--network", n.Network)
+	out, err := n.env.GC("list", "-o", "json", "--lock-timeout", harness.OracleLockWait, "--data-dir", n.DataDir, "--network", n.Network)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ type pool struct {
 // pool returns the network's range set 0 from `hostlease-gc status -o json`.
 func (n *testNet) pool(t *testing.T) pool {
 	t.Helper()
-	out, err := n.env.GC("status", "-o", "json", "--data-dir", n.DataDir)
+	out, err := n.env.GC("status", "-o", "json", "--lock-timeout", harness.OracleLockWait, "--data-dir", n.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func (n *testNet) audit(t *testing.T) []allocator.AuditEvent {
 // readAudit is audit returning the error, for polling a store that may be
 // being created.
 func (n *testNet) readAudit() ([]allocator.AuditEvent, error) {
-	out, err := n.env.GC("audit", "-o", "json", "--limit", "100000", "--data-dir", n.DataDir, "--network", n.Network)
+	out, err := n.env.GC("audit", "-o", "json", "--limit", "100000", "--lock-timeout", harness.OracleLockWait, "--data-dir", n.DataDir, "--network", n.Network)
 	if err != nil {
 		return nil, err
 	}

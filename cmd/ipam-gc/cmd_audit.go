@@ -31,6 +31,7 @@ func auditCmd(stdout, stderr io.Writer) *cobra.Command {
 	network := networkFlag(c, "only this network")
 	limit := c.Flags().IntP("limit", "l", 50, fmt.Sprintf("newest entries to show per network (1..%d)", maxAuditLimit))
 	out := outputFlags(c)
+	lockTimeout := lockTimeoutFlag(c)
 	c.RunE = func(*cobra.Command, []string) error {
 		if err := out.check(); err != nil {
 			return err
@@ -38,7 +39,7 @@ func auditCmd(stdout, stderr io.Writer) *cobra.Command {
 		if *limit < 1 || *limit > maxAuditLimit {
 			return fmt.Errorf("%w: --limit must be between 1 and %d, got %d", errUsage, maxAuditLimit, *limit)
 		}
-		rows, failed, err := findAudit(*dataDir, *network, *limit, stderr)
+		rows, failed, err := findAudit(*dataDir, *network, *limit, *lockTimeout, stderr)
 		if err != nil {
 			return err
 		}
@@ -51,7 +52,7 @@ func auditCmd(stdout, stderr io.Writer) *cobra.Command {
 }
 
 // findAudit reads the newest limit entries of each selected store.
-func findAudit(dataDir, network string, limit int, stderr io.Writer) (rows []daemon.AuditRow, failed, err error) {
+func findAudit(dataDir, network string, limit int, lockTimeout time.Duration, stderr io.Writer) (rows []daemon.AuditRow, failed, err error) {
 	files, err := selectStores(dataDir, network)
 	if err != nil {
 		return nil, nil, err
@@ -59,7 +60,7 @@ func findAudit(dataDir, network string, limit int, stderr io.Writer) (rows []dae
 	rows = []daemon.AuditRow{}
 	unreadable := 0
 	for _, f := range files {
-		name, evs, err := readAudit(f.Path, limit)
+		name, evs, err := readAudit(f.Path, limit, lockTimeout)
 		if err != nil {
 			printf(stderr, "hostlease-gc audit: network %s: %s", f.Network, storeErr(f.Network, err))
 			unreadable++
@@ -103,8 +104,8 @@ func auditTable(rows []daemon.AuditRow) tableFunc {
 	}
 }
 
-func readAudit(path string, limit int) (string, []allocator.AuditEvent, error) {
-	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: cliLockTimeout})
+func readAudit(path string, limit int, lockTimeout time.Duration) (string, []allocator.AuditEvent, error) {
+	st, err := store.Open(path, store.OpenOptions{ReadOnly: true, LockTimeout: lockTimeout})
 	if err != nil {
 		return "", nil, err
 	}

@@ -312,7 +312,7 @@ func checkDataDir(dir string) (int, []finding) {
 	}
 	var found []finding
 	for _, f := range files {
-		if _, err := readStore(f); err != nil {
+		if _, err := readStore(f, cliLockTimeout); err != nil {
 			found = append(found, finding{f.Path, "the store cannot be read: " + storeErr(f.Network, err), "repair it as said, or fix its permissions"})
 			continue
 		}

@@ -21,6 +21,8 @@ type hostLocalArgs struct {
 	// hlGiven says --host-local-dir named it rather than the plugin's rule.
 	hlBase  string
 	hlGiven bool
+	// lockTimeout: how long to wait for the store's lock.
+	lockTimeout time.Duration
 }
 
 // hostLocalFlags registers import's and export's flags; check turns them
@@ -28,6 +30,7 @@ type hostLocalArgs struct {
 func hostLocalFlags(c *cobra.Command) func() (*hostLocalArgs, error) {
 	dataDir := dataDirFlag(c)
 	network := networkFlag(c, "the network name (required)")
+	lockTimeout := lockTimeoutFlag(c)
 	hlDir := c.Flags().String("host-local-dir", "", "host-local's data dir, holding <dir>/<network>/ (default: the --data-dir when it is not "+
 		allocator.DefaultStoreDir+", as the plugin's ipam dataDir puts both there; otherwise "+allocator.DefaultHostLocalDir+")")
 	return func() (*hostLocalArgs, error) {
@@ -40,7 +43,7 @@ func hostLocalFlags(c *cobra.Command) func() (*hostLocalArgs, error) {
 		if err := checkDir("--data-dir", *dataDir); err != nil {
 			return nil, err
 		}
-		a := &hostLocalArgs{dataDir: *dataDir, network: *network, hlBase: *hlDir, hlGiven: c.Flags().Changed("host-local-dir")}
+		a := &hostLocalArgs{dataDir: *dataDir, network: *network, hlBase: *hlDir, hlGiven: c.Flags().Changed("host-local-dir"), lockTimeout: *lockTimeout}
 		if a.hlGiven {
 			if err := checkDir("--host-local-dir", a.hlBase); err != nil {
 				return nil, err
@@ -108,7 +111,7 @@ func runImport(a *hostLocalArgs, stdout io.Writer) error {
 		return fmt.Errorf("no host-local state for network %s: %s: %w (host-local's data dir is --host-local-dir)", a.network, src, unwrapPathErr(err))
 	}
 	d.Close()
-	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: 10 * time.Second, By: allocator.ByCLI("import")})
+	st, err := store.Open(store.FilePath(a.dataDir, a.network), store.OpenOptions{Create: true, LockTimeout: a.lockTimeout, By: allocator.ByCLI("import")})
 	if err != nil {
 		return err
 	}
@@ -163,7 +166,7 @@ func conflictErr(n int) error {
 // (allocator.SyncHostLocal).
 func runExport(a *hostLocalArgs, stdout io.Writer) error {
 	path := store.FilePath(a.dataDir, a.network)
-	st, err := store.Open(path, store.OpenOptions{LockTimeout: 10 * time.Second, By: allocator.ByCLI("export")})
+	st, err := store.Open(path, store.OpenOptions{LockTimeout: a.lockTimeout, By: allocator.ByCLI("export")})
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no store for network %s: %s does not exist", a.network, path)
 	}

@@ -29,11 +29,12 @@ func listCmd(stdout, stderr io.Writer) *cobra.Command {
 	dataDir := dataDirFlag(c)
 	network := networkFlag(c, "only this network")
 	out := outputFlags(c)
+	lockTimeout := lockTimeoutFlag(c)
 	c.RunE = func(*cobra.Command, []string) error {
 		if err := out.check(); err != nil {
 			return err
 		}
-		views, failed, err := findViews(*dataDir, *network, stderr)
+		views, failed, err := findViews(*dataDir, *network, *lockTimeout, stderr)
 		if err != nil {
 			return err
 		}
@@ -48,14 +49,14 @@ func listCmd(stdout, stderr io.Writer) *cobra.Command {
 
 // findViews reads the selected stores. An unreadable one is reported on
 // stderr and makes failed an error; damaged records make it errDamaged.
-func findViews(dataDir, network string, stderr io.Writer) (views []*storeView, failed, err error) {
+func findViews(dataDir, network string, lockTimeout time.Duration, stderr io.Writer) (views []*storeView, failed, err error) {
 	files, err := selectStores(dataDir, network)
 	if err != nil {
 		return nil, nil, err
 	}
 	unreadable, damaged := 0, 0
 	for _, f := range files {
-		v, err := readStore(f)
+		v, err := readStore(f, lockTimeout)
 		if err != nil {
 			printf(stderr, "hostlease-gc list: network %s: %s", f.Network, storeErr(f.Network, err))
 			unreadable++

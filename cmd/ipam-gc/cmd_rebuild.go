@@ -68,7 +68,7 @@ func findRebuild(dataDir, network string, force bool) (daemon.StoreFile, *storeV
 		return daemon.StoreFile{}, nil, nil, err
 	}
 	f := files[0]
-	view, readErr := readStore(f)
+	view, readErr := readStore(f, cliLockTimeout)
 	switch {
 	case readErr == nil && len(view.Damaged) == 0 && !force:
 		return f, nil, nil, fmt.Errorf("store %s is readable (%d records); pass --force to rebuild it anyway (no record is damaged)", f.Path, len(view.Records))

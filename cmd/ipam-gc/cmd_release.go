@@ -39,19 +39,20 @@ func releaseCmd(stdout, stderr io.Writer) *cobra.Command {
 	network := networkFlag(c, "the network (needed when several stores exist)")
 	sandbox := c.Flags().String("sandbox", "", "release every address held by this sandbox (container) ID")
 	yes := c.Flags().BoolP("yes", "y", false, "do not ask for confirmation")
+	lockTimeout := lockTimeoutFlag(c)
 	c.RunE = func(_ *cobra.Command, args []string) error {
 		q, err := releaseQueryOf(args, *sandbox)
 		if err != nil {
 			return err
 		}
-		targets, err := findRelease(*dataDir, *network, q)
+		targets, err := findRelease(*dataDir, *network, q, *lockTimeout)
 		if err != nil {
 			return err
 		}
 		if err := confirmRelease(stdout, targets, *yes); err != nil {
 			return err
 		}
-		return applyRelease(stdout, stderr, targets)
+		return applyRelease(stdout, stderr, targets, *lockTimeout)
 	}
 	return c
 }
@@ -96,7 +97,7 @@ type releaseTarget struct {
 // findRelease reads the stores and returns what q would release. A damaged
 // record (its value does not decode) is found by its address only: a
 // sandbox ID it may show only in part.
-func findRelease(dataDir, network string, q releaseQuery) ([]releaseTarget, error) {
+func findRelease(dataDir, network string, q releaseQuery, lockTimeout time.Duration) ([]releaseTarget, error) {
 	files, err := selectStores(dataDir, network)
 	if err != nil {
 		return nil, err
@@ -109,7 +110,7 @@ func findRelease(dataDir, network string, q releaseQuery) ([]releaseTarget, erro
 	}
 	var targets []releaseTarget
 	for _, f := range files {
-		v, err := readStore(f)
+		v, err := readStore(f, lockTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("network %s: %w", f.Network, err)
 		}
@@ -160,10 +161,10 @@ func confirmRelease(stdout io.Writer, targets []releaseTarget, yes bool) error {
 
 // applyRelease releases what was shown, each store in one write
 // transaction; a record that changed since it was read is left alone.
-func applyRelease(stdout, stderr io.Writer, targets []releaseTarget) error {
+func applyRelease(stdout, stderr io.Writer, targets []releaseTarget, lockTimeout time.Duration) error {
 	released, changed := 0, 0
 	for _, t := range targets {
-		r, c, err := releaseIn(t, stderr)
+		r, c, err := releaseIn(t, lockTimeout, stderr)
 		released += r
 		changed += c
 		if err != nil {
@@ -178,8 +179,8 @@ func applyRelease(stdout, stderr io.Writer, targets []releaseTarget) error {
 }
 
 // releaseIn releases t's records in its store, those still exactly as shown.
-func releaseIn(t releaseTarget, stderr io.Writer) (released, changed int, err error) {
-	st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: cliLockTimeout, By: allocator.ByCLI("release")})
+func releaseIn(t releaseTarget, lockTimeout time.Duration, stderr io.Writer) (released, changed int, err error) {
+	st, err := store.Open(t.f.Path, store.OpenOptions{LockTimeout: lockTimeout, By: allocator.ByCLI("release")})
 	if err != nil {
 		return 0, 0, err
 	}

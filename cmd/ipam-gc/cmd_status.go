@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,11 +26,12 @@ func statusCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	dataDir := dataDirFlag(c)
 	out := outputFlags(c)
+	lockTimeout := lockTimeoutFlag(c)
 	c.RunE = func(*cobra.Command, []string) error {
 		if err := out.check(); err != nil {
 			return err
 		}
-		rows, failed, err := findPools(*dataDir)
+		rows, failed, err := findPools(*dataDir, *lockTimeout)
 		if err != nil {
 			return err
 		}
@@ -44,7 +46,7 @@ func statusCmd(stdout, stderr io.Writer) *cobra.Command {
 // findPools reads every store under dataDir into status rows. failed is the
 // error the command ends with (an unreadable or unwritable store, damaged
 // records) once the rows are printed; err means nothing can be shown.
-func findPools(dataDir string) (rows []daemon.PoolRow, failed, err error) {
+func findPools(dataDir string, lockTimeout time.Duration) (rows []daemon.PoolRow, failed, err error) {
 	files, err := selectStores(dataDir, "")
 	if err != nil {
 		return nil, nil, err
@@ -52,7 +54,7 @@ func findPools(dataDir string) (rows []daemon.PoolRow, failed, err error) {
 	rows = []daemon.PoolRow{}
 	unreadable, unwritable, damaged := 0, 0, 0
 	for _, f := range files {
-		snap, err := readStore(f)
+		snap, err := readStore(f, lockTimeout)
 		if err != nil {
 			unreadable++
 			rows = append(rows, daemon.PoolRow{Network: f.Network, RangeSet: -1, Error: storeErr(f.Network, err)})

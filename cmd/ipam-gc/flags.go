@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -63,6 +64,39 @@ func dataDirFlag(c *cobra.Command) *string {
 func networkFlag(c *cobra.Command, usage string) *string {
 	return c.Flags().StringP("network", "n", "", usage)
 }
+
+// cliLockTimeout is how long a CLI command waits, by default, for a store's
+// lock that a plugin or the daemon holds.
+const cliLockTimeout = 10 * time.Second
+
+// lockTimeoutFlag registers --lock-timeout on a command that opens stores:
+// how long it waits for a store's lock before it reports the store as
+// unreadable (a burst of pod starts on a loaded node holds the lock back to
+// back, each ADD for as long as the node lets it run).
+func lockTimeoutFlag(c *cobra.Command) *time.Duration {
+	d := cliLockTimeout
+	c.Flags().Var((*positiveDuration)(&d), "lock-timeout", "how long to wait for a store's lock a plugin or the daemon holds")
+	return &d
+}
+
+// positiveDuration is a duration flag that refuses zero and negative values
+// when parsed (a bad command line, exit status 2).
+type positiveDuration time.Duration
+
+func (d *positiveDuration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if v <= 0 {
+		return fmt.Errorf("must be more than 0s, got %s", s)
+	}
+	*d = positiveDuration(v)
+	return nil
+}
+
+func (d *positiveDuration) String() string { return time.Duration(*d).String() }
+func (d *positiveDuration) Type() string   { return "duration" }
 
 // output is how a reading command prints its rows: -o table|wide|json|yaml
 // and --no-headers.

@@ -15,9 +15,6 @@ import (
 	"github.com/hostlease/hostlease/pkg/daemon"
 )
 
-// cliLockTimeout is how long a CLI command waits for a store a plugin holds.
-const cliLockTimeout = 10 * time.Second
-
 // storeView is what the CLI reads of one store, in one read transaction.
 type storeView struct {
 	Network string // the store's own name (its meta), else the file's
@@ -32,9 +29,10 @@ type storeView struct {
 	Exhaustions map[int]allocator.Exhaustion
 }
 
-// readStore opens f read-only, reads it in one transaction and closes it.
-func readStore(f daemon.StoreFile) (*storeView, error) {
-	st, err := store.Open(f.Path, store.OpenOptions{ReadOnly: true, LockTimeout: cliLockTimeout})
+// readStore opens f read-only (waiting up to lockTimeout for its lock), reads
+// it in one transaction and closes it.
+func readStore(f daemon.StoreFile, lockTimeout time.Duration) (*storeView, error) {
+	st, err := store.Open(f.Path, store.OpenOptions{ReadOnly: true, LockTimeout: lockTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -133,7 +133,7 @@ func (tn *testNet) records(t *testing.T) []*allocator.Record {
 	if _, err := os.Stat(store.FilePath(tn.DataDir, tn.Network)); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	out, err := tn.gc("list", "-o", "json", "--data-dir", tn.DataDir, "--network", tn.Network)
+	out, err := tn.gc("list", "-o", "json", "--lock-timeout", harness.OracleLockWait, "--data-dir", tn.DataDir, "--network", tn.Network)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func (tn *testNet) held(t *testing.T) map[string]string {
 // audit returns the network's audit entries (`hostlease-gc audit -o json`).
 func (tn *testNet) audit(t *testing.T) []map[string]any {
 	t.Helper()
-	out, err := tn.gc("audit", "-o", "json", "--data-dir", tn.DataDir, "--network", tn.Network)
+	out, err := tn.gc("audit", "-o", "json", "--lock-timeout", harness.OracleLockWait, "--data-dir", tn.DataDir, "--network", tn.Network)
 	if err != nil {
 		t.Fatal(err)
 	}

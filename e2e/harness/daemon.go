@@ -77,6 +77,14 @@ func (e *Env) GCBin() string {
 	return dst
 }
 
+// OracleLockWait is the --lock-timeout of a suite's reads of the stores
+// (list, status, audit): the suites judge hostlease, not the machine, and
+// on a node that make test drives to a load of 70 a burst of plugin ADDs
+// holds a store's lock back to back for longer than the CLI's default 10s.
+// A plugin that holds the lock for good still fails the read. It stays below
+// the minute GC gives the whole command.
+const OracleLockWait = "45s"
+
 // GC runs the hostlease-gc CLI (e.g. "status", "-o", "json", "--data-dir",
 // dir) and returns its stdout; a non-zero exit is an error carrying stderr.
 func (e *Env) GC(args ...string) ([]byte, error) {

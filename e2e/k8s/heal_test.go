@@ -332,7 +332,7 @@ func hostLocalHolders(t testing.TB, dir, net string) []string {
 // networkExhaustions is network net's exhaustion count (hostlease-gc status).
 func networkExhaustions(t testing.TB, net string) uint64 {
 	t.Helper()
-	out, err := runGC("status", "-o", "json", "--data-dir", CNIDataDir)
+	out, err := runGC("status", "-o", "json", "--lock-timeout", harness.OracleLockWait, "--data-dir", CNIDataDir)
 	if err != nil {
 		t.Fatal(err)
 	}

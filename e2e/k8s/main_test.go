@@ -155,7 +155,7 @@ func apply(t testing.TB, c *Cluster, manifest string) {
 // records reads the plugin's stores on the node with the project's CLI.
 func records(t testing.TB) []allocator.Record {
 	t.Helper()
-	out, err := runGC("list", "-o", "json", "--data-dir", CNIDataDir)
+	out, err := runGC("list", "-o", "json", "--lock-timeout", harness.OracleLockWait, "--data-dir", CNIDataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func records(t testing.TB) []allocator.Record {
 // by the store's bound), as `hostlease-gc audit -o json` shows it.
 func auditLog(t testing.TB) []allocator.AuditEvent {
 	t.Helper()
-	out, err := runGC("audit", "-o", "json", "--limit", "100000", "--data-dir", CNIDataDir)
+	out, err := runGC("audit", "-o", "json", "--limit", "100000", "--lock-timeout", harness.OracleLockWait, "--data-dir", CNIDataDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -415,7 +415,7 @@ func TestUpgradeAndRestart(t *testing.T) {
 		}
 		// The store reads back consistent: hostlease-gc status finds no
 		// damage and nothing held on the leak networks.
-		out, err := runGC("status", "-o", "json", "--data-dir", CNIDataDir)
+		out, err := runGC("status", "-o", "json", "--lock-timeout", harness.OracleLockWait, "--data-dir", CNIDataDir)
 		if err != nil {
 			t.Fatal(err)
 		}
