@@ -33,27 +33,20 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		result.DNS = *dns
 	}
-	s, err := openStore(c, store.OpenOptions{Create: true})
-	if err != nil {
-		if errors.Is(err, store.ErrUnreadable) {
-			kick(c) // the daemon rebuilds it at once instead of at its next sweep
-		}
-		return storeError(c, err)
-	}
-
 	req := allocator.AllocateRequest{
 		Network:   c.Network,
 		RangeSets: c.RangeSets,
 		Owner:     ownerOf(args),
 		Now:       time.Now(),
 		View:      allocator.OSNetnsView{},
+		Walk:      newHoldersWalk(),
 	}
 	req.Owner.NetnsWitness = netnsWitness(args.Netns)
 	req.Requested = c.IPAM.Requested
-	out, err := reserve(s, c, req)
+	out, err := reserve(c, req)
 	if err != nil {
-		if store.IsDamage(err) {
-			kick(c)
+		if errors.Is(err, store.ErrUnreadable) || store.IsDamage(err) {
+			kick(c) // the daemon rebuilds it at once instead of at its next sweep
 		}
 		return storeError(c, err)
 	}
@@ -86,12 +79,37 @@ type reserved struct {
 	notes     txNotes
 }
 
-// reserve runs an ADD's store transaction (the merge of host-local's state,
-// on first use or after an export, before any address is chosen; the
-// release of vanished host-local records; the allocation)
-// and then releases the store's lock: the reservation is durable, and
-// concurrent calls wait for the lock while the result is built and printed.
-func reserve(s *store.Store, c *netconf.Config, req allocator.AllocateRequest) (reserved, error) {
+// errWalkFirst rolls back an ADD's transaction that kept records until the
+// walk for namespaces still held (allocator.HoldersWalk).
+var errWalkFirst = errors.New("the walk for namespaces still held comes first")
+
+// reserve opens the network's store (made on first use) and runs the ADD's
+// transaction in it, then releases the store's lock: the reservation is
+// durable, and concurrent calls wait for the lock while the result is built
+// and printed. When the transaction kept records until a walk for the
+// namespaces still held (req.Walk), it is rolled back, the lock released
+// for the walk, and the ADD runs again in a new transaction: the walk of
+// /proc, which takes long on a busy node, is never made holding the lock.
+func reserve(c *netconf.Config, req allocator.AllocateRequest) (reserved, error) {
+	for {
+		s, err := openStore(c, store.OpenOptions{Create: true})
+		if err != nil {
+			return reserved{}, err
+		}
+		out, err := reserveIn(s, c, req)
+		s.UnlockForExit()
+		if !errors.Is(err, errWalkFirst) {
+			return out, err
+		}
+		req.Walk.Holders, req.Walk.Err = req.View.Holders()
+		req.Walk.Read = true
+	}
+}
+
+// reserveIn runs an ADD's store transaction in s: the merge of host-local's
+// state (on first use or after an export, before any address is chosen),
+// the release of vanished host-local records, the allocation.
+func reserveIn(s *store.Store, c *netconf.Config, req allocator.AllocateRequest) (reserved, error) {
 	var out reserved
 	err := s.Update(func(tx *store.Tx) error {
 		hlDir := allocator.HostLocalDir(c.HostLocalDir, c.Network)
@@ -107,6 +125,9 @@ func reserve(s *store.Store, c *netconf.Config, req allocator.AllocateRequest) (
 			return err
 		}
 		out.recs, out.aerr = allocator.Allocate(tx, req)
+		if req.Walk.Deferred() {
+			return errWalkFirst
+		}
 		out.notes = notesOf(tx)
 		if out.aerr != nil && out.aerr.Code == types.ErrIOFailure {
 			return out.aerr // roll back: the transaction may be half-applied
@@ -116,7 +137,6 @@ func reserve(s *store.Store, c *netconf.Config, req allocator.AllocateRequest) (
 		// count must reach the daemon.
 		return nil
 	})
-	s.UnlockForExit()
 	return out, err
 }
 

@@ -49,6 +49,9 @@ type AllocateRequest struct {
 	// the ADD frees records whose sandbox is provably torn down
 	// (PluginReleases); nil frees none.
 	View NetnsView
+	// Walk, when not nil, moves the view's walk for namespaces still held
+	// out of the transaction (HoldersWalk); nil walks inside it.
+	Walk *HoldersWalk
 }
 
 // Allocate reserves one address per range set for req.Owner, exactly as
@@ -76,7 +79,7 @@ func Allocate(tx Store, req AllocateRequest) ([]*Record, *types.Error) {
 			requested = append(requested, ip)
 		}
 	}
-	judge := newDeathJudge(req.View, req.Owner)
+	judge := newDeathJudge(req.View, req.Owner, req.Walk)
 	if err := judge.releaseReplaced(tx, req.Now); err != nil {
 		return nil, ioError(err)
 	}

@@ -73,10 +73,36 @@ type deathJudge struct {
 	// scanned: releaseDead ran (once per ADD: a second full range set
 	// finds nothing more to free).
 	scanned bool
+	// walk: the walk is made outside the transaction (HoldersWalk); nil
+	// walks inside it.
+	walk *HoldersWalk
 }
 
-func newDeathJudge(view NetnsView, add Owner) *deathJudge {
-	j := &deathJudge{view: view, add: add}
+// HoldersWalk lets an ADD read the namespaces still held (the walk of /proc,
+// the judge's costly part) with the store unlocked, so that concurrent ADDs
+// of the network do not wait for it. Given in AllocateRequest with Read
+// false, Allocate makes no walk: a record whose release waits on one is kept
+// and named in Needed, and the caller must roll that transaction back. The
+// caller then reads Holders and Err with the store's lock released, sets
+// Read, and runs the ADD again in a new transaction with the same
+// HoldersWalk. There the walk is evidence only for the records in Needed:
+// each existed, as the same allocation (AllocationID), and had its netns
+// path gone before the walk began, and its path must still be gone. Any other
+// record whose release waits on a walk gets one inside the transaction, as
+// without a HoldersWalk.
+type HoldersWalk struct {
+	Needed  map[AllocationID]bool
+	Read    bool
+	Holders NetnsHolders
+	Err     error
+}
+
+// Deferred says the transaction Allocate ran kept records until a walk and
+// must be rolled back (HoldersWalk).
+func (w *HoldersWalk) Deferred() bool { return w != nil && !w.Read && len(w.Needed) > 0 }
+
+func newDeathJudge(view NetnsView, add Owner, walk *HoldersWalk) *deathJudge {
+	j := &deathJudge{view: view, add: add, walk: walk}
 	if view != nil && NamedNetns(add.Netns) {
 		j.dir = filepath.Dir(filepath.Clean(add.Netns))
 	}
@@ -100,17 +126,54 @@ func (j *deathJudge) reason(r *Record, exhausted bool) string {
 	if PluginReleases(r, j.add, exhausted, ev, lerr) == "" {
 		return ""
 	}
-	if !j.holdersRead {
-		j.holders, j.holdersErr = j.view.Holders()
-		j.holdersRead = true
-		// The ADD's own namespace is its new sandbox's: the kernel gives
-		// a freed namespace's inode number to the next one (a pod's retry
-		// gets its dead attempt's number back at once), so a record naming
-		// it names a namespace that died.
-		delete(j.holders, j.add.NetnsWitness.Netns)
+	held, heldErr, ok := j.holdersFor(r)
+	if !ok {
+		return "" // kept in this transaction: its fate waits on the walk
 	}
-	ev, _ = NetnsGone(ev, r, lerr, j.holders, j.holdersErr)
+	ev, _ = NetnsGone(ev, r, lerr, held, heldErr)
 	return PluginReleases(r, j.add, exhausted, ev, lerr)
+}
+
+// holdersFor is the namespaces still held, as evidence for r: the walk made
+// outside the transaction when r is one it was made for, else one made
+// inside it (once per ADD). ok false: r waits on a walk still to be made
+// (HoldersWalk, first transaction).
+func (j *deathJudge) holdersFor(r *Record) (held NetnsHolders, err error, ok bool) {
+	if w := j.walk; w != nil {
+		switch {
+		case !w.Read:
+			if w.Needed == nil {
+				w.Needed = map[AllocationID]bool{}
+			}
+			w.Needed[r.ID()] = true
+			return nil, nil, false
+		case w.Needed[r.ID()]:
+			return withoutOwn(w.Holders, j.add), w.Err, true
+		}
+	}
+	if !j.holdersRead {
+		held, err := j.view.Holders()
+		j.holders, j.holdersErr = withoutOwn(held, j.add), err
+		j.holdersRead = true
+	}
+	return j.holders, j.holdersErr, true
+}
+
+// withoutOwn is held without the ADD's own namespace. That namespace is its
+// new sandbox's: the kernel gives a freed namespace's inode number to the
+// next one (a pod's retry gets its dead attempt's number back at once), so a
+// record naming it names a namespace that died.
+func withoutOwn(held NetnsHolders, add Owner) NetnsHolders {
+	if _, ok := held[add.NetnsWitness.Netns]; !ok {
+		return held
+	}
+	out := make(NetnsHolders, len(held)-1)
+	for id := range held {
+		if id != add.NetnsWitness.Netns {
+			out[id] = struct{}{}
+		}
+	}
+	return out
 }
 
 // releaseReplaced frees the ADD's pod's other sandboxes whose netns is torn

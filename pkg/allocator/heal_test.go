@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 )
@@ -341,6 +342,169 @@ func TestAllocateNamespaceNumberReusedByTheADD(t *testing.T) {
 		})
 		if released := !ds.hasRecord(netip.MustParseAddr("10.0.0.2")) || ds.count() == 1; released != tc.release {
 			t.Errorf("%s: dead record released = %v, want %v (%d records)", tc.name, released, tc.release, ds.count())
+		}
+	}
+}
+
+// addTwoPass runs an ADD as the plugin does with a HoldersWalk: a first
+// transaction that does not walk, rolled back when it kept records for the
+// walk; then the walk, between (what changes while the store is unlocked)
+// and a second transaction. It returns the ADD's address
+// (or error), the walks made inside transactions and the records the first
+// one named. between runs after the walk: what it changes, the walk did not
+// see.
+func addTwoPass(t *testing.T, s *memStore, v *fakeView, sets []StoredRangeSet, o Owner, between func()) (ip string, aerr error, walksInside int, needed int) {
+	t.Helper()
+	errWalk := errors.New("walk first")
+	w := &HoldersWalk{}
+	for pass := 1; pass <= 2; pass++ {
+		before := v.walks
+		err := s.Update(func(tx Store) error {
+			recs, e := Allocate(tx, AllocateRequest{Network: "net", RangeSets: sets, Owner: o, Now: time.Unix(5, 0), View: v, Walk: w})
+			if w.Deferred() {
+				return errWalk
+			}
+			if e != nil {
+				aerr = e
+				return nil
+			}
+			ip = recs[0].IP.String()
+			return nil
+		})
+		walksInside += v.walks - before
+		if !errors.Is(err, errWalk) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ip, aerr, walksInside, len(w.Needed)
+		}
+		if pass == 2 {
+			t.Fatal("the second transaction deferred again")
+		}
+		w.Holders, w.Err = v.Holders()
+		w.Read = true
+		if between != nil {
+			between()
+		}
+	}
+	return
+}
+
+// With the walk made outside the transaction (HoldersWalk), an ADD decides
+// what it would decide walking inside it, and no transaction walks unless
+// a record became a candidate after the walk; the walk is evidence only for
+// the records it was made for, and only if their path is still gone.
+func TestAllocateWalksOutsideTheTransaction(t *testing.T) {
+	sets := []StoredRangeSet{set(rng("10.0.0.0/29", "10.0.0.2", "10.0.0.4", "10.0.0.1"))} // 3 addresses
+	type state struct {
+		s *memStore
+		v *fakeView
+	}
+	put := func(st state, ip, id, uid, netns string, live bool) *Record {
+		r := rec(ip, id, "eth0")
+		r.Netns, r.PodUID, r.NetnsWitness = netns, uid, witnessOf(netns)
+		update(t, st.s, func(tx Store) error { return tx.Put(r) })
+		if live {
+			st.v.exists[netns] = true
+		}
+		return r
+	}
+	add := podOwner("A1", "uid-a", "/run/netns/a1")
+	cases := []struct {
+		name    string
+		setup   func(st state)
+		between func(st state) // while the store is unlocked, after the walk
+		wantIP  string         // the ADD's address; "" the ADD fails
+		want    []string       // the records left (IPs)
+		inside  int            // walks made inside a transaction
+		needed  int            // records the first transaction kept for the walk
+	}{
+		{"nothing to judge: one transaction, no walk", func(st state) {}, nil,
+			"10.0.0.2", []string{"10.0.0.2"}, 0, 0},
+		{"the pod's dead sandbox is freed after the walk", func(st state) {
+			put(st, "10.0.0.2", "A0", "uid-a", "/run/netns/a0", false)
+		}, nil, "10.0.0.2", []string{"10.0.0.2"}, 0, 1},
+		{"held at the walk: kept", func(st state) {
+			r := put(st, "10.0.0.2", "A0", "uid-a", "/run/netns/a0", false)
+			st.v.held = NetnsHolders{r.NetnsWitness.Netns: {}}
+		}, nil, "10.0.0.3", []string{"10.0.0.2", "10.0.0.3"}, 0, 1},
+		{"its path back before the second transaction: kept", func(st state) {
+			put(st, "10.0.0.2", "A0", "uid-a", "/run/netns/a0", false)
+		}, func(st state) { st.v.exists["/run/netns/a0"] = true },
+			"10.0.0.3", []string{"10.0.0.2", "10.0.0.3"}, 0, 1},
+		{"the ADD's own namespace number among those held: freed", func(st state) {
+			r := put(st, "10.0.0.2", "A0", "uid-a", "/run/netns/a0", false)
+			r.NetnsWitness.Netns = add.NetnsWitness.Netns // the number reused
+			update(t, st.s, func(tx Store) error { return tx.Put(r) })
+			st.v.held = NetnsHolders{add.NetnsWitness.Netns: {}}
+		}, nil, "10.0.0.2", []string{"10.0.0.2"}, 0, 1},
+		{"another allocation in its place after the walk, its namespace held: kept by a walk inside", func(st state) {
+			put(st, "10.0.0.2", "A0", "uid-a", "/run/netns/a0", false)
+		}, func(st state) {
+			st.v.held = NetnsHolders{nsOf("/run/netns/a9"): {}}
+			update(t, st.s, func(tx Store) error {
+				r := rec("10.0.0.2", "A9", "eth0")
+				r.Netns, r.PodUID, r.NetnsWitness = "/run/netns/a9", "uid-a", witnessOf("/run/netns/a9")
+				r.Created = r.Created.Add(time.Second)
+				_, err := Release(tx, Attachment{ContainerID: "A0", IfName: "eth0"}, Why{Reason: "test"}, time.Unix(4, 0))
+				if err != nil {
+					return err
+				}
+				return tx.Put(r)
+			})
+		}, "10.0.0.3", []string{"10.0.0.2", "10.0.0.3"}, 1, 1},
+		{"a full pool: another pod's dead record freed after the walk", func(st state) {
+			put(st, "10.0.0.2", "B0", "uid-b", "/run/netns/b0", true)
+			put(st, "10.0.0.3", "C0", "uid-c", "/run/netns/c0", false)
+			put(st, "10.0.0.4", "D0", "uid-d", "/run/netns/d0", true)
+		}, nil, "10.0.0.3", []string{"10.0.0.2", "10.0.0.3", "10.0.0.4"}, 0, 1},
+		{"a full pool of live sandboxes: the ADD fails, nothing walked", func(st state) {
+			put(st, "10.0.0.2", "B0", "uid-b", "/run/netns/b0", true)
+			put(st, "10.0.0.3", "C0", "uid-c", "/run/netns/c0", true)
+			put(st, "10.0.0.4", "D0", "uid-d", "/run/netns/d0", true)
+		}, nil, "", []string{"10.0.0.2", "10.0.0.3", "10.0.0.4"}, 0, 0},
+	}
+	for _, tc := range cases {
+		for _, twoPass := range []bool{false, true} {
+			st := state{newStore(t), &fakeView{dirs: map[string]DirID{"/run/netns": runNetns}, exists: map[string]bool{add.Netns: true}}}
+			tc.setup(st)
+			var ip string
+			var aerr error
+			inside, needed := 0, 0
+			if twoPass {
+				var between func()
+				if tc.between != nil {
+					between = func() { tc.between(st) }
+				}
+				ip, aerr, inside, needed = addTwoPass(t, st.s, st.v, sets, add, between)
+			} else {
+				if tc.between != nil {
+					tc.between(st) // the same state, judged in one transaction
+				}
+				update(t, st.s, func(tx Store) error {
+					recs, e := Allocate(tx, AllocateRequest{Network: "net", RangeSets: sets, Owner: add, Now: time.Unix(5, 0), View: st.v})
+					if e != nil {
+						aerr = e
+					} else {
+						ip = recs[0].IP.String()
+					}
+					return nil
+				})
+			}
+			mode := map[bool]string{false: "walk inside", true: "walk outside"}[twoPass]
+			if ip != tc.wantIP || (aerr != nil) != (tc.wantIP == "") {
+				t.Errorf("%s (%s): ADD got %q, %v; want %q", tc.name, mode, ip, aerr, tc.wantIP)
+			}
+			var left []string
+			view(t, st.s, func(tx Store) error {
+				return forEach(tx, func(r *Record) error { left = append(left, r.IP.String()); return nil })
+			})
+			if !slices.Equal(left, tc.want) {
+				t.Errorf("%s (%s): records %v, want %v", tc.name, mode, left, tc.want)
+			}
+			if twoPass && (inside != tc.inside || needed != tc.needed) {
+				t.Errorf("%s: %d walks inside a transaction, %d records kept for the walk; want %d, %d", tc.name, inside, needed, tc.inside, tc.needed)
+			}
 		}
 	}
 }
