@@ -17,12 +17,28 @@
 #     once the unit tests, the CPU-heaviest part, are done (HOSTLEASE_HEAL_GATE).
 # So at most two suites that run real runtimes share the machine with one
 # CPU-bound test process. The load average is sampled every 30 s into
-# .test-load.log and its peak printed at the end.
+# .test-load.log and its peak printed at the end, with the CPU seconds each
+# part used and how busy the machine was (the wall time of make test cannot go
+# below the CPU seconds it needs over the cores it has).
 # The real-node summaries are printed last, the full logs are .e2e-k8s.log and
 # .e2e-k8s-heal.log.
 # Exit status: non-zero if any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+# CPU accounting: the user+system seconds of this shell's waited-for children
+# (bash's `times`, second line) and the machine's busy seconds (/proc/stat),
+# so that the wall time can be read against what two cores can do.
+# `times` must run in this shell (a pipe or $(...) would fork a shell with no
+# children), so it writes to a file.
+cpu_file=$(mktemp /tmp/hostlease-test-cpu.XXXXXX)
+# child_cpu sets cpu to the seconds so far.
+child_cpu() {
+	times >"$cpu_file"
+	cpu=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$cpu_file")
+}
+machine_busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu / { printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat; }
+busy0=$(machine_busy)
 
 k8s_out=$(mktemp /tmp/hostlease-e2e-k8s-summary.XXXXXX)
 gate=$(mktemp -u /tmp/hostlease-heal-gate.XXXXXX)
@@ -40,20 +56,29 @@ stop_k8s() {
 		kill -TERM -- "-$k8s_pid" 2>/dev/null
 		wait "$k8s_pid" 2>/dev/null
 	fi
-	rm -f "$k8s_out" "$gate"
+	rm -f "$k8s_out" "$gate" "$cpu_file"
 	kill "$load_pid" 2>/dev/null
 }
 trap 'stop_k8s; exit 130' INT TERM
 
 rc=0
 u0=$SECONDS
+child_cpu; cpu0=$cpu
 make --no-print-directory unit || rc=1
-echo "test: unit and integration tests done in $((SECONDS - u0))s; the second real node may start"
+child_cpu; cpu_unit=$((cpu - cpu0))
+echo "test: unit and integration tests done in $((SECONDS - u0))s (${cpu_unit} CPU-s); the second real node may start"
 : >"$gate"
+e0=$SECONDS
+child_cpu; cpu0=$cpu
 make --no-print-directory -o build e2e || rc=1
+child_cpu; cpu_e2e=$((cpu - cpu0))
+echo "test: containerd suites done in $((SECONDS - e0))s (${cpu_e2e} CPU-s)"
 c0=$SECONDS
+child_cpu; cpu0=$cpu
 make --no-print-directory -o build e2e-crio || rc=1
-echo "test: CRI-O suite done in $((SECONDS - c0))s"
+child_cpu; cpu_crio=$((cpu - cpu0))
+echo "test: CRI-O suite done in $((SECONDS - c0))s (${cpu_crio} CPU-s)"
+child_cpu; cpu0=$cpu
 
 echo "test: waiting for the real-node suite (e2e/k8s, started $((SECONDS - t0))s ago)"
 wait "$k8s_pid"
@@ -67,5 +92,11 @@ echo "e2e-k8s: exit $k8s_rc"
 rm -f "$gate"
 kill "$load_pid" 2>/dev/null
 echo "test: peak 1-minute load average $(awk '$3 > m { m = $3 } END { print m + 0 }' .test-load.log) on $(nproc) cores (samples in .test-load.log)"
-echo "test: $([ "$rc" = 0 ] && echo passed || echo FAILED) in $((SECONDS - t0))s (after setup, lint and build)"
+child_cpu; cpu_k8s=$((cpu - cpu0))
+rm -f "$cpu_file"
+wall=$((SECONDS - t0))
+busy=$(($(machine_busy) - busy0))
+echo "test: CPU-s (user+system of the suites' own processes; containers' and shims' are the machine's): unit+integration $cpu_unit, containerd suites $cpu_e2e, CRI-O $cpu_crio, real nodes $cpu_k8s"
+echo "test: the machine was busy $busy of $((wall * $(nproc))) CPU-s ($(nproc) cores x ${wall}s): $((100 * busy / (wall * $(nproc) + 1)))%"
+echo "test: $([ "$rc" = 0 ] && echo passed || echo FAILED) in ${wall}s (after setup, lint and build)"
 exit $rc
