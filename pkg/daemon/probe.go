@@ -118,7 +118,7 @@ func listenProbeIn(dir *trustfs.Dir, name, path string) (net.Listener, error) {
 	case err != nil:
 		return nil, fmt.Errorf("--probe-socket %s: %w", path, err)
 	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
-		return nil, fmt.Errorf("--probe-socket %s exists and is not a socket (%s): refusing to replace it", path, fileType(st.Mode))
+		return nil, fmt.Errorf("--probe-socket %s exists and is not a socket (%s): refusing to replace it", path, trustfs.TypeName(st.Mode))
 	default:
 		if live, err := socketAnswers(at); live || err != nil {
 			if err == nil {
@@ -141,7 +141,7 @@ func listenProbeIn(dir *trustfs.Dir, name, path string) (net.Listener, error) {
 	if err != nil || bound.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		ul.Close()
 		if err == nil {
-			err = fmt.Errorf("%s is there instead of the socket just bound", fileType(bound.Mode))
+			err = fmt.Errorf("%s is there instead of the socket just bound", trustfs.TypeName(bound.Mode))
 		}
 		return nil, fmt.Errorf("--probe-socket %s: %w", path, err)
 	}
@@ -161,24 +161,6 @@ func socketAnswers(addr string) (bool, error) {
 		return false, nil
 	}
 	return false, err
-}
-
-func fileType(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "a directory"
-	case unix.S_IFREG:
-		return "a regular file"
-	case unix.S_IFLNK:
-		return "a symlink"
-	case unix.S_IFIFO:
-		return "a FIFO"
-	case unix.S_IFSOCK:
-		return "a socket"
-	case unix.S_IFCHR, unix.S_IFBLK:
-		return "a device"
-	}
-	return fmt.Sprintf("type %#o", mode&unix.S_IFMT)
 }
 
 // fileIdentity tells a file from one created later at the same name: an
