@@ -95,7 +95,13 @@ func openProbeDir(path string) (*trustfs.Dir, string, error) {
 	case name == "." || name == ".." || name == "/":
 		return nil, "", fmt.Errorf("--probe-socket %s: want a path naming the socket in its directory (such as /tmp/probe/probe.sock)", path)
 	}
-	dir, err := trustfs.MkdirOpen(filepath.Dir(clean), 0o700)
+	parent := filepath.Dir(clean)
+	dir, err := trustfs.MkdirOpen(parent, 0o700)
+	if trustfs.IsUntrusted(err) {
+		// A shared directory such as /tmp is no place for it; one of its
+		// own there is.
+		return nil, "", fmt.Errorf("--probe-socket %s: its directory: %w; or give the socket a directory of its own, such as %s, which the daemon creates 0700", path, err, filepath.Join(parent, "hostlease-probe", name))
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("--probe-socket %s: its directory: %w", path, err)
 	}

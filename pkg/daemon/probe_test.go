@@ -247,8 +247,8 @@ func TestProbeSocketDirectory(t *testing.T) {
 				ln.Close()
 				t.Fatalf("a socket in %s was bound; want its directory refused", tc.name)
 			}
-			if !trustfs.IsUntrusted(err) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%s: %v; want a trustfs refusal saying %q", tc.name, err, tc.want)
+			if !trustfs.IsUntrusted(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "a directory of its own") {
+				t.Errorf("%s: %v; want a trustfs refusal saying %q and naming the fix", tc.name, err, tc.want)
 			}
 		})
 	}
