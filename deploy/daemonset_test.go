@@ -183,7 +183,7 @@ func TestDaemonSet(t *testing.T) {
 			// The probes ask the daemon's own unix socket (exec), never the
 			// metrics port, where hostNetwork pods share the kubelet's address.
 			// Its directory is one the daemon creates 0700 in the /tmp
-			// emptyDir (0777, which the daemon refuses as the socket's
+			// emptyDir (world-writable, which the daemon refuses as the socket's
 			// directory).
 			if o.ProbeSocket == "" || filepath.Dir(filepath.Dir(o.ProbeSocket)) != "/tmp" {
 				t.Errorf("--probe-socket = %q, want a socket in a directory of its own in the pod's /tmp emptyDir", o.ProbeSocket)

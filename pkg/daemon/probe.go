@@ -51,7 +51,7 @@ const probeDialTimeout = time.Second
 //     others). When it is missing it is created 0700 with mkdir(2), which
 //     never replaces anything, and then opened and checked like any other:
 //     a directory someone else made there first is refused, never used, so
-//     whoever can write its parent (the DaemonSet's /tmp emptyDir is 0777)
+//     whoever can write its parent (the DaemonSet's /tmp emptyDir is 1777)
 //     can at worst make the daemon refuse to start, never redirect it. Its
 //     ancestors are resolved as any path is: they are the operator's.
 //   - Once the directory is open nothing is done by its path: the name is
