@@ -182,8 +182,11 @@ func TestDaemonSet(t *testing.T) {
 			}
 			// The probes ask the daemon's own unix socket (exec), never the
 			// metrics port, where hostNetwork pods share the kubelet's address.
-			if o.ProbeSocket == "" || filepath.Dir(o.ProbeSocket) != "/tmp" {
-				t.Errorf("--probe-socket = %q, want a socket in the pod's /tmp emptyDir", o.ProbeSocket)
+			// Its directory is one the daemon creates 0700 in the /tmp
+			// emptyDir (world-writable, which the daemon refuses as the socket's
+			// directory).
+			if o.ProbeSocket == "" || filepath.Dir(filepath.Dir(o.ProbeSocket)) != "/tmp" {
+				t.Errorf("--probe-socket = %q, want a socket in a directory of its own in the pod's /tmp emptyDir", o.ProbeSocket)
 			}
 			for probe, what := range map[*corev1.Probe]string{gcC.LivenessProbe: "healthz", gcC.ReadinessProbe: "readyz"} {
 				want := []string{gcC.Command[0], "probe", what, "--socket=" + o.ProbeSocket}

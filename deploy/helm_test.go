@@ -330,7 +330,7 @@ func TestChartValuesReachTheDaemon(t *testing.T) {
 	o := parseRunArgs(t, gcC)
 	want := daemon.Options{CRIEndpoint: "unix://" + socket, DataDir: dataDir, Interval: 10 * time.Second, Misses: 5,
 		Grace: time.Minute, MinAge: 4*time.Minute + 30*time.Second, NetnsGrace: 2 * time.Second, MaxReclaimFraction: 0.25,
-		DryRun: true, MetricsAddr: "[fd00::1]:19734", ProbeSocket: "/tmp/probe.sock", NodeName: "node-a", NoAPI: true, LogFormat: "json", LogLevel: "info",
+		DryRun: true, MetricsAddr: "[fd00::1]:19734", ProbeSocket: "/tmp/probe/probe.sock", NodeName: "node-a", NoAPI: true, LogFormat: "json", LogLevel: "info",
 		NetnsDir: netnsDir, ProcDir: daemon.DefaultProcDir, HTTP: daemon.RegisterRunFlags(flag.NewFlagSet("defaults", flag.ContinueOnError)).HTTP}
 	if *o != want {
 		t.Errorf("the daemon would run with\n  %+v\nwant\n  %+v", *o, want)

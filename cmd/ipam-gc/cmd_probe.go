@@ -28,8 +28,8 @@ func probeCmd(stdout io.Writer) *cobra.Command {
 		Long: "Ask the running daemon, over its --probe-socket, whether it is alive (healthz: a sweep finished\n" +
 			"recently) or ready (readyz: a sweep reached CRI and the data dir is usable). The DaemonSet's liveness\n" +
 			"and readiness probes run this: on the unix socket no other client competes with them.",
-		Example: `  hostlease-gc probe healthz --socket /tmp/probe.sock
-  hostlease-gc probe readyz --socket /tmp/probe.sock --timeout 4s`,
+		Example: `  hostlease-gc probe healthz --socket /tmp/probe/probe.sock
+  hostlease-gc probe readyz --socket /tmp/probe/probe.sock --timeout 4s`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 || probePaths[args[0]] == "" {
 				return fmt.Errorf("%w: want one argument, healthz or readyz, got %q", errUsage, strings.Join(args, " "))

@@ -152,6 +152,10 @@ func fixFor(path, kind string, st *unix.Stat_t) string {
 	return fix + " once you know its content is hostlease's (another user may have planted it: if in doubt, move it away)"
 }
 
+// TypeName names the file type of a stat mode ("a symlink", "a regular
+// file", "a socket", ...), as refusals do.
+func TypeName(mode uint32) string { return typeName(mode & unix.S_IFMT) }
+
 func typeName(typ uint32) string {
 	switch typ {
 	case unix.S_IFDIR:
