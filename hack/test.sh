@@ -26,16 +26,21 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# CPU accounting: the user+system seconds of this shell's waited-for children
-# (bash's `times`, second line) and the machine's busy seconds (/proc/stat),
-# so that the wall time can be read against what two cores can do.
-# `times` must run in this shell (a pipe or $(...) would fork a shell with no
-# children), so it writes to a file.
-cpu_file=$(mktemp /tmp/hostlease-test-cpu.XXXXXX)
-# child_cpu sets cpu to the seconds so far.
-child_cpu() {
-	times >"$cpu_file"
-	cpu=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$cpu_file")
+# CPU accounting: each part runs under `timed`, a shell that writes its
+# `times` (the user+system seconds of the part's processes it waited for) to
+# a file of its own, so a part that ends while another runs is counted as
+# itself; the machine's busy seconds come from /proc/stat, so that the wall
+# time can be read against what the cores can do.
+cpu_dir=$(mktemp -d /tmp/hostlease-test-cpu.XXXXXX)
+timed() {
+	local name=$1
+	shift
+	CPU_OUT="$cpu_dir/$name" bash -c '"$@"; rc=$?; times >"$CPU_OUT"; exit $rc' timed "$@"
+}
+# cpu_of prints the CPU seconds part name used (? if it wrote none).
+cpu_of() {
+	awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2]; found = 1 }
+		END { if (!found) printf "?" }' "$cpu_dir/$1" 2>/dev/null || printf '?'
 }
 machine_busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu / { printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat; }
 busy0=$(machine_busy)
@@ -49,36 +54,30 @@ load_pid=$!
 export HOSTLEASE_HEAL_GATE=$gate
 # setsid: the suite and everything it starts form a group of their own, so an
 # interrupted run stops exactly that group and nothing else.
-setsid make --no-print-directory -o build e2e-k8s >"$k8s_out" 2>&1 &
+CPU_OUT="$cpu_dir/k8s" setsid bash -c '"$@"; rc=$?; times >"$CPU_OUT"; exit $rc' timed \
+	make --no-print-directory -o build e2e-k8s >"$k8s_out" 2>&1 &
 k8s_pid=$!
 stop_k8s() {
 	if kill -0 "$k8s_pid" 2>/dev/null; then
 		kill -TERM -- "-$k8s_pid" 2>/dev/null
 		wait "$k8s_pid" 2>/dev/null
 	fi
-	rm -f "$k8s_out" "$gate" "$cpu_file"
+	rm -rf "$k8s_out" "$gate" "$cpu_dir"
 	kill "$load_pid" 2>/dev/null
 }
 trap 'stop_k8s; exit 130' INT TERM
 
 rc=0
 u0=$SECONDS
-child_cpu; cpu0=$cpu
-make --no-print-directory unit || rc=1
-child_cpu; cpu_unit=$((cpu - cpu0))
-echo "test: unit and integration tests done in $((SECONDS - u0))s (${cpu_unit} CPU-s); the second real node may start"
+timed unit make --no-print-directory unit || rc=1
+echo "test: unit and integration tests done in $((SECONDS - u0))s ($(cpu_of unit) CPU-s); the second real node may start"
 : >"$gate"
 e0=$SECONDS
-child_cpu; cpu0=$cpu
-make --no-print-directory -o build e2e || rc=1
-child_cpu; cpu_e2e=$((cpu - cpu0))
-echo "test: containerd suites done in $((SECONDS - e0))s (${cpu_e2e} CPU-s)"
+timed e2e make --no-print-directory -o build e2e || rc=1
+echo "test: containerd suites done in $((SECONDS - e0))s ($(cpu_of e2e) CPU-s)"
 c0=$SECONDS
-child_cpu; cpu0=$cpu
-make --no-print-directory -o build e2e-crio || rc=1
-child_cpu; cpu_crio=$((cpu - cpu0))
-echo "test: CRI-O suite done in $((SECONDS - c0))s (${cpu_crio} CPU-s)"
-child_cpu; cpu0=$cpu
+timed crio make --no-print-directory -o build e2e-crio || rc=1
+echo "test: CRI-O suite done in $((SECONDS - c0))s ($(cpu_of crio) CPU-s)"
 
 echo "test: waiting for the real-node suite (e2e/k8s, started $((SECONDS - t0))s ago)"
 wait "$k8s_pid"
@@ -92,11 +91,10 @@ echo "e2e-k8s: exit $k8s_rc"
 rm -f "$gate"
 kill "$load_pid" 2>/dev/null
 echo "test: peak 1-minute load average $(awk '$3 > m { m = $3 } END { print m + 0 }' .test-load.log) on $(nproc) cores (samples in .test-load.log)"
-child_cpu; cpu_k8s=$((cpu - cpu0))
-rm -f "$cpu_file"
 wall=$((SECONDS - t0))
 busy=$(($(machine_busy) - busy0))
-echo "test: CPU-s (user+system of the suites' own processes; containers' and shims' are the machine's): unit+integration $cpu_unit, containerd suites $cpu_e2e, CRI-O $cpu_crio, real nodes $cpu_k8s"
+echo "test: CPU-s (user+system of each part's own processes; a container's, a shim's or a daemon's that outlives its parent are the machine's only): unit+integration $(cpu_of unit), containerd suites $(cpu_of e2e), CRI-O $(cpu_of crio), real nodes $(cpu_of k8s)"
+rm -rf "$cpu_dir"
 echo "test: the machine was busy $busy of $((wall * $(nproc))) CPU-s ($(nproc) cores x ${wall}s): $((100 * busy / (wall * $(nproc) + 1)))%"
 echo "test: $([ "$rc" = 0 ] && echo passed || echo FAILED) in ${wall}s (after setup, lint and build)"
 exit $rc
