@@ -32,10 +32,13 @@ cd "$(dirname "$0")/.."
 # itself; the machine's busy seconds come from /proc/stat, so that the wall
 # time can be read against what the cores can do.
 cpu_dir=$(mktemp -d /tmp/hostlease-test-cpu.XXXXXX)
+# timed NAME CMD... runs CMD in such a shell; the real-node suite, which also
+# needs a session of its own, runs timed_sh under setsid.
+timed_sh='"$@"; rc=$?; times >"$CPU_OUT"; exit $rc'
 timed() {
 	local name=$1
 	shift
-	CPU_OUT="$cpu_dir/$name" bash -c '"$@"; rc=$?; times >"$CPU_OUT"; exit $rc' timed "$@"
+	CPU_OUT="$cpu_dir/$name" bash -c "$timed_sh" timed "$@"
 }
 # cpu_of prints the CPU seconds part name used (? if it wrote none).
 cpu_of() {
@@ -54,7 +57,7 @@ load_pid=$!
 export HOSTLEASE_HEAL_GATE=$gate
 # setsid: the suite and everything it starts form a group of their own, so an
 # interrupted run stops exactly that group and nothing else.
-CPU_OUT="$cpu_dir/k8s" setsid bash -c '"$@"; rc=$?; times >"$CPU_OUT"; exit $rc' timed \
+CPU_OUT="$cpu_dir/k8s" setsid bash -c "$timed_sh" timed \
 	make --no-print-directory -o build e2e-k8s >"$k8s_out" 2>&1 &
 k8s_pid=$!
 stop_k8s() {

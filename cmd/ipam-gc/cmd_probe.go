@@ -21,7 +21,7 @@ var probePaths = map[string]string{"healthz": "/healthz", "readyz": "/readyz"}
 // no or does not answer in --timeout.
 func probeCmd(stdout io.Writer) *cobra.Command {
 	var socket string
-	var timeout time.Duration
+	timeout := 4 * time.Second
 	c := &cobra.Command{
 		Use:   "probe healthz|readyz",
 		Short: "ask the daemon's probe socket whether it is alive (healthz) or ready (readyz)",
@@ -38,13 +38,10 @@ func probeCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&socket, "socket", "", "the daemon's --probe-socket (required)")
-	c.Flags().DurationVar(&timeout, "timeout", 4*time.Second, "give up after this long (keep it below the probe's timeoutSeconds)")
+	c.Flags().Var((*positiveDuration)(&timeout), "timeout", "give up after this long (keep it below the probe's timeoutSeconds)")
 	c.RunE = func(_ *cobra.Command, args []string) error {
 		if socket == "" {
 			return fmt.Errorf("%w: --socket must not be empty", errUsage)
-		}
-		if timeout <= 0 {
-			return fmt.Errorf("%w: --timeout must be positive, got %s", errUsage, timeout)
 		}
 		code, body, err := askProbe(socket, probePaths[args[0]], timeout)
 		if err != nil {

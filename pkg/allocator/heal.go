@@ -139,41 +139,29 @@ func (j *deathJudge) reason(r *Record, exhausted bool) string {
 // inside it (once per ADD). ok false: r waits on a walk still to be made
 // (HoldersWalk, first transaction).
 func (j *deathJudge) holdersFor(r *Record) (held NetnsHolders, err error, ok bool) {
-	if w := j.walk; w != nil {
-		switch {
-		case !w.Read:
-			if w.Needed == nil {
-				w.Needed = map[AllocationID]bool{}
-			}
-			w.Needed[r.ID()] = true
-			return nil, nil, false
-		case w.Needed[r.ID()]:
-			return withoutOwn(w.Holders, j.add), w.Err, true
+	w := j.walk
+	if w != nil && !w.Read {
+		if w.Needed == nil {
+			w.Needed = map[AllocationID]bool{}
 		}
+		w.Needed[r.ID()] = true
+		return nil, nil, false
 	}
-	if !j.holdersRead {
-		held, err := j.view.Holders()
-		j.holders, j.holdersErr = withoutOwn(held, j.add), err
-		j.holdersRead = true
-	}
-	return j.holders, j.holdersErr, true
-}
-
-// withoutOwn is held without the ADD's own namespace. That namespace is its
-// new sandbox's: the kernel gives a freed namespace's inode number to the
-// next one (a pod's retry gets its dead attempt's number back at once), so a
-// record naming it names a namespace that died.
-func withoutOwn(held NetnsHolders, add Owner) NetnsHolders {
-	if _, ok := held[add.NetnsWitness.Netns]; !ok {
-		return held
-	}
-	out := make(NetnsHolders, len(held)-1)
-	for id := range held {
-		if id != add.NetnsWitness.Netns {
-			out[id] = struct{}{}
+	if w != nil && w.Needed[r.ID()] {
+		held, err = w.Holders, w.Err
+	} else {
+		if !j.holdersRead {
+			j.holders, j.holdersErr = j.view.Holders()
+			j.holdersRead = true
 		}
+		held, err = j.holders, j.holdersErr
 	}
-	return out
+	// The ADD's own namespace is its new sandbox's: the kernel gives a freed
+	// namespace's inode number to the next one (a pod's retry gets its dead
+	// attempt's number back at once), so a record naming it names a
+	// namespace that died. Both sets are this ADD's own to change.
+	delete(held, j.add.NetnsWitness.Netns)
+	return held, err, true
 }
 
 // releaseReplaced frees the ADD's pod's other sandboxes whose netns is torn
