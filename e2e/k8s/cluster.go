@@ -43,6 +43,9 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/hostlease/hostlease/e2e/harness"
 )
 
@@ -417,8 +420,10 @@ rules:
 		return err
 	}
 	if err := c.waitFor("apiserver /readyz", bringUpTimeout, func() error {
-		_, err := c.Kubectl("get", "--raw=/readyz")
-		return err
+		return c.read(func(ctx context.Context, cs kubernetes.Interface) error {
+			_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err
+		})
 	}); err != nil {
 		return err
 	}
@@ -435,8 +440,10 @@ rules:
 	}
 	// Pods are refused until the namespace's default ServiceAccount exists.
 	return c.waitFor("default ServiceAccount", bringUpTimeout, func() error {
-		_, err := c.Kubectl("-n", "default", "get", "serviceaccount", "default")
-		return err
+		return c.read(func(ctx context.Context, cs kubernetes.Interface) error {
+			_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+			return err
+		})
 	})
 }
 
@@ -549,7 +556,7 @@ func (c *Cluster) startNode() error {
 		return err
 	}
 	return c.waitFor("Node "+NodeName+" registered", bringUpTimeout, func() error {
-		_, err := c.Kubectl("get", "node", NodeName)
+		_, err := c.node()
 		return err
 	})
 }

@@ -368,8 +368,8 @@ func uninstallDaemon(t testing.TB, c *Cluster) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	waitUntil(t, 3*time.Minute, "namespace "+SysNamespace+" gone", func() (bool, string) {
-		_, err := c.Kubectl("get", "namespace", SysNamespace)
-		return err != nil && strings.Contains(err.Error(), "NotFound"), "still there"
+		gone, err := c.namespaceGone(SysNamespace)
+		return gone, fmt.Sprint("still there ", err)
 	})
 	waitUntil(t, 2*time.Minute, "no hostlease-gc container on the node", func() (bool, string) {
 		who, err := daemonRunning(c)

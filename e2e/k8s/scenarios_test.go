@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/hostlease/hostlease/e2e/harness"
 	"github.com/hostlease/hostlease/pkg/allocator"
 )
@@ -195,26 +197,36 @@ func TestUpgradeAndRestart(t *testing.T) {
 		})
 		from := time.Now()
 		time.Sleep(61 * time.Second) // the window measured, not a synchronisation
+		// The window must see pods churn. On a loaded machine two scale
+		// cycles can take longer than a minute (the machine, not hostlease):
+		// the window then grows until they are done, and each minute it
+		// spans allows one request.
+		window := time.Minute
+		if cycles, _ := ch.counts(); cycles < 2 {
+			waitUntil(t, 4*time.Minute, "two churn cycles", func() (bool, string) {
+				cycles, _ := ch.counts()
+				return cycles >= 2, strconv.Itoa(cycles) + " cycles"
+			})
+			window = time.Since(from).Truncate(time.Second)
+		}
+		minutes := int((window + time.Minute - 1) / time.Minute)
 		// Every request the audit log holds that the daemon made in the
-		// minute, whatever its verb (a watch is one when it starts).
+		// window, whatever its verb (a watch is one when it starts).
 		n, watches := 0, 0
 		for _, e := range gcRequests(t) {
-			if !e.RequestReceivedTimestamp.Before(from) && e.RequestReceivedTimestamp.Before(from.Add(time.Minute)) {
+			if !e.RequestReceivedTimestamp.Before(from) && e.RequestReceivedTimestamp.Before(from.Add(window)) {
 				n++
 				if e.Verb == "watch" {
 					watches++
 				}
-				t.Logf("request in the quiet minute: %s %s (%s)", e.Verb, e.RequestURI, e.RequestReceivedTimestamp.Format(time.RFC3339Nano))
+				t.Logf("request in the quiet window: %s %s (%s)", e.Verb, e.RequestURI, e.RequestReceivedTimestamp.Format(time.RFC3339Nano))
 			}
 		}
 		cycles, pods := ch.counts()
-		t.Logf("hostlease-gc made %d API requests (%d of them watches) in a quiet minute while pods churned (%d scale cycles, %d pods so far; %d requests since it started)",
-			n, watches, cycles, pods, len(gcRequests(t)))
-		if n > 1 {
-			t.Errorf("%d API requests (%d watches) in a quiet minute, want at most 1", n, watches)
-		}
-		if cycles < 2 {
-			t.Errorf("only %d churn cycles in the minute: pods did not churn", cycles)
+		t.Logf("hostlease-gc made %d API requests (%d of them watches) in a quiet %v while pods churned (%d scale cycles, %d pods so far; %d requests since it started)",
+			n, watches, window, cycles, pods, len(gcRequests(t)))
+		if n > minutes {
+			t.Errorf("%d API requests (%d watches) in a quiet %v, want at most %d (one a minute)", n, watches, window, minutes)
 		}
 	})
 
@@ -328,11 +340,15 @@ func TestUpgradeAndRestart(t *testing.T) {
 		deleted = true
 		var newPod string
 		waitUntil(t, 2*time.Minute, "the DaemonSet's new pod Running", func() (bool, string) {
-			out, err := c.Kubectl("-n", SysNamespace, "get", "pods", "-l", "app.kubernetes.io/name=hostlease-gc",
-				"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
-			f := strings.Fields(out)
+			pods, err := c.pods(SysNamespace, "app.kubernetes.io/name=hostlease-gc")
+			var f []string
+			for _, p := range pods {
+				if p.Status.Phase == corev1.PodRunning {
+					f = append(f, p.Name)
+				}
+			}
 			if err != nil || len(f) != 1 || f[0] == oldPod {
-				return false, out
+				return false, strings.Join(f, " ")
 			}
 			newPod = f[0]
 			return true, ""
@@ -550,8 +566,8 @@ func settleChurn(t testing.TB, c *Cluster, ns string, n int) {
 	var running []podInfo
 	waitUntil(t, 3*time.Minute, itoa(n)+" churn pods and nothing terminating", func() (bool, string) {
 		running = runningPods(t, c, ns)
-		out, _ := c.Kubectl("-n", ns, "get", "pods", "-o", "name")
-		return len(running) == n && len(strings.Fields(out)) == n, itoa(len(running)) + " running of " + itoa(len(strings.Fields(out)))
+		all, _ := c.podNames(ns, "")
+		return len(running) == n && len(all) == n, itoa(len(running)) + " running of " + itoa(len(all))
 	})
 	waitUntil(t, time.Minute, "exactly the running pods' records", func() (bool, string) {
 		byUID := map[string]allocator.Record{}
@@ -593,17 +609,15 @@ func waitPodsRunning(t testing.TB, c *Cluster, ns string, n int) []podInfo {
 
 // runningPods lists the Running, not terminating pods of ns with their IPs.
 func runningPods(t testing.TB, c *Cluster, ns string) []podInfo {
-	out, err := c.Kubectl("-n", ns, "get", "pods", "-o",
-		`jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.phase} {.status.podIP} {.metadata.deletionTimestamp}{"\n"}{end}`)
+	all, err := c.pods(ns, "")
 	if err != nil {
 		t.Logf("list pods: %v", err)
 		return nil
 	}
 	var pods []podInfo
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 4 && f[2] == "Running" {
-			pods = append(pods, podInfo{f[0], f[1], f[3]})
+	for _, p := range all {
+		if runningPod(&p) && p.Status.PodIP != "" {
+			pods = append(pods, podInfo{p.Name, string(p.UID), p.Status.PodIP})
 		}
 	}
 	return pods

@@ -555,8 +555,8 @@ func secondaryLoop(t *testing.T, c *Cluster) []string {
 	}
 	kubectl(t, c, "-n", multusNamespace, "delete", "deployment", "loop", "--wait=false")
 	waitUntil(t, 2*time.Minute, "the loop's pods gone", func() (bool, string) {
-		out, _ := c.Kubectl("-n", multusNamespace, "get", "pods", "-l", "app=loop", "-o", "name")
-		return strings.TrimSpace(out) == "", out
+		names, err := c.podNames(multusNamespace, "app=loop")
+		return err == nil && len(names) == 0, fmt.Sprint(names, err)
 	})
 	return uids
 }
@@ -604,8 +604,8 @@ func cacheAtDel(t *testing.T, c *Cluster, containerdLog string, containerdOff in
 	// The held pod is being deleted before its ADD fails: kubelet makes no
 	// other sandbox for it.
 	waitUntil(t, time.Minute, "the held pod terminating", func() (bool, string) {
-		out, err := c.Kubectl("-n", multusNamespace, "get", "pod", held.PodName, "-o", "jsonpath={.metadata.deletionTimestamp}")
-		return err == nil && strings.TrimSpace(out) != "", out
+		p, _, err := c.pod(multusNamespace, held.PodName)
+		return err == nil && p != nil && p.DeletionTimestamp != nil, fmt.Sprint(err)
 	})
 	if err := os.WriteFile(nadFailAdd, []byte("e2e: the ADD never completes\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -614,10 +614,15 @@ func cacheAtDel(t *testing.T, c *Cluster, containerdLog string, containerdOff in
 
 	sandboxes := map[string]string{gone.eth0.ContainerID: gone.Name, bad.eth0.ContainerID: bad.Name, held.ContainerID: held.PodName}
 	waitUntil(t, 3*time.Minute, "the pods and their sandboxes gone", func() (bool, string) {
-		out, _ := c.Kubectl("-n", multusNamespace, "get", "pods", "-o", "name")
-		for _, n := range []string{"never-", "cache-gone-", "cache-bad-"} {
-			if strings.Contains(out, "pod/"+n) {
-				return false, out
+		names, err := c.podNames(multusNamespace, "")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, name := range names {
+			for _, n := range []string{"never-", "cache-gone-", "cache-bad-"} {
+				if strings.HasPrefix(name, n) {
+					return false, strings.Join(names, " ")
+				}
 			}
 		}
 		sbs, err := c.Sandboxes()

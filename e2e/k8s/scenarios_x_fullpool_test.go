@@ -93,8 +93,11 @@ spec:
   - {name: pause, image: %s, imagePullPolicy: Never}
 `, ns, NodeName, pauseImage()))
 	waitUntil(t, 2*time.Minute, "short-toleration pod Running", func() (bool, string) {
-		out, _ := c.Kubectl("-n", ns, "get", "pod", "short-toleration", "-o", "jsonpath={.status.phase}")
-		return out == "Running", out
+		p, _, err := c.pod(ns, "short-toleration")
+		if err != nil || p == nil {
+			return false, fmt.Sprint(err)
+		}
+		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
 	})
 	if err := c.WriteConflist("10-hlk8s.conflist", conf(ptr.To(true))); err != nil {
 		t.Fatal(err)
@@ -104,12 +107,20 @@ spec:
 		return st == "False", st + " " + why
 	})
 	waitUntil(t, 2*time.Minute, "not-ready:NoExecute taint", func() (bool, string) {
-		out, _ := c.Kubectl("get", "node", NodeName, "-o", "jsonpath={.spec.taints}")
-		return strings.Contains(out, `"effect":"NoExecute","key":"node.kubernetes.io/not-ready"`), out
+		n, err := c.node()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, taint := range n.Spec.Taints {
+			if taint.Key == "node.kubernetes.io/not-ready" && taint.Effect == corev1.TaintEffectNoExecute {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(n.Spec.Taints)
 	})
 	waitUntil(t, 2*time.Minute, "the pod with a 5s toleration evicted", func() (bool, string) {
-		out, err := c.Kubectl("-n", ns, "get", "pod", "short-toleration", "-o", "jsonpath={.metadata.deletionTimestamp}")
-		return (err != nil && strings.Contains(err.Error(), "NotFound")) || out != "", out
+		p, gone, err := c.pod(ns, "short-toleration")
+		return gone || (p != nil && p.DeletionTimestamp != nil), fmt.Sprint(err)
 	})
 	// Back to the default: the node is Ready again.
 	if err := c.WriteConflist("10-hlk8s.conflist", conf(nil)); err != nil {

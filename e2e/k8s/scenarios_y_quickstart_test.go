@@ -378,8 +378,8 @@ func TestQuickStartHelm(t *testing.T) {
 		sh.run(t, fmt.Sprintf("Uninstall step %d", s.N), cmds)
 	}
 	waitUntil(t, 3*time.Minute, "namespace "+SysNamespace+" gone", func() (bool, string) {
-		_, err := c.Kubectl("get", "namespace", SysNamespace)
-		return err != nil && strings.Contains(err.Error(), "NotFound"), "still there"
+		gone, err := c.namespaceGone(SysNamespace)
+		return gone, fmt.Sprint("still there ", err)
 	})
 	if left := kubernetesLeftovers(t, c); left != "" {
 		t.Errorf("after Uninstall: %s", left)

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/hostlease/hostlease/e2e/harness"
@@ -188,24 +193,32 @@ func waitDaemonSetReady(t testing.TB, c *Cluster) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	waitUntil(t, 3*time.Minute, "DaemonSet hostlease-gc Ready on the node", func() (bool, string) {
-		out, err := c.Kubectl("-n", SysNamespace, "get", "ds", DaemonSetName, "-o",
-			"jsonpath={.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}")
+		var ds *appsv1.DaemonSet
+		err := c.read(func(ctx context.Context, cs kubernetes.Interface) (err error) {
+			ds, err = cs.AppsV1().DaemonSets(SysNamespace).Get(ctx, DaemonSetName, metav1.GetOptions{})
+			return err
+		})
 		if err != nil {
 			return false, err.Error()
 		}
+		st := ds.Status
+		out := fmt.Sprintf("%d/%d/%d", st.DesiredNumberScheduled, st.NumberReady, st.UpdatedNumberScheduled)
 		return out == "1/1/1", out
 	})
 }
 
 // nodeReady reports the node's Ready condition status ("True"/"False") and reason.
 func nodeReady(c *Cluster) (string, string) {
-	out, err := c.Kubectl("get", "node", NodeName, "-o",
-		`jsonpath={range .status.conditions[?(@.type=="Ready")]}{.status} {.reason} {.message}{end}`)
+	n, err := c.node()
 	if err != nil {
 		return "", err.Error()
 	}
-	st, rest, _ := strings.Cut(out, " ")
-	return st, rest
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return string(cond.Status), cond.Reason + " " + cond.Message
+		}
+	}
+	return "", "no Ready condition"
 }
 
 func waitNodeReady(t testing.TB, c *Cluster) {
@@ -268,8 +281,7 @@ func deleteNamespace(t testing.TB, c *Cluster, ns string) {
 	// a network (blame.go).
 	var described time.Time
 	waitUntil(t, bringUpTimeout, "namespace "+ns+" gone", func() (bool, string) {
-		_, err := c.Kubectl("get", "namespace", ns)
-		if err != nil && strings.Contains(err.Error(), "NotFound") {
+		if gone, _ := c.namespaceGone(ns); gone {
 			return true, ""
 		}
 		if time.Since(described) < 15*time.Second {

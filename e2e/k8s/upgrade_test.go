@@ -316,22 +316,17 @@ func (ch *churn) fail(format string, args ...any) {
 
 // observe counts the Running, not terminating pods and all pods listed.
 func (ch *churn) observe() (running, all int) {
-	out, err := ch.c.Kubectl("-n", ch.ns, "get", "pods", "-o",
-		`jsonpath={range .items[*]}{.metadata.uid} {.status.phase} {.metadata.deletionTimestamp}{"\n"}{end}`)
+	pods, err := ch.c.pods(ch.ns, "")
 	if err != nil {
 		return -1, -1
 	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
+	for _, p := range pods {
 		all++
-		if len(f) == 2 && f[1] == "Running" {
+		if runningPod(&p) {
 			running++
-			ch.uids[f[0]] = true
+			ch.uids[string(p.UID)] = true
 		}
 	}
 	return running, all
