@@ -22,8 +22,8 @@
 //   - after the documented repair (release, rebuild) ADD serves again.
 //
 // The damage points are chosen from a seeded random source: the seed is
-// printed, -faultinject.seed=N replays one, and without it a fixed set of
-// seeds runs (the CI set).
+// printed, -faultinject.seed=N replays one (every case on it), and without
+// it each case runs on one seed of a fixed set (the CI set, see ciSeeds).
 package faultinject
 
 import (
@@ -47,12 +47,21 @@ import (
 )
 
 var (
-	seedFlag = flag.Int64("faultinject.seed", 0, "replay one seed (0: run the fixed CI seeds)")
+	seedFlag = flag.Int64("faultinject.seed", 0, "replay one seed: every damage case on it (0: the fixed CI seeds)")
 	caseFlag = flag.String("faultinject.case", "", "run only damage cases whose name contains this")
+	fullFlag = flag.Bool("faultinject.full", false, "run every damage case on every CI seed (default: each case on one of them)")
 )
 
-// ciSeeds are the seeds run when no -faultinject.seed is given.
+// ciSeeds are the seeds run when no -faultinject.seed is given. Each damage
+// case of the catalogue runs on one of them in turn (case i of the catalogue
+// on ciSeeds[i%len(ciSeeds)]), so that every kind of damage is tried in every
+// run, at a point its seed chose, for a third of the processes of trying
+// each kind three times; -faultinject.full (or FAULTINJECT_FULL=1) tries
+// every case on every seed.
 var ciSeeds = []int64{1, 2, 3}
+
+// full reports whether every case runs on every seed.
+func full() bool { return *fullFlag || os.Getenv("FAULTINJECT_FULL") == "1" }
 
 func seeds() []int64 {
 	if *seedFlag != 0 {
