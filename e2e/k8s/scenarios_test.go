@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -748,11 +749,9 @@ func TestAPIVeto(t *testing.T) {
 	kubectl(t, c, "-n", SysNamespace, "rollout", "status", "daemonset/"+DaemonSetName, "--timeout=3m")
 	apply(t, c, deployment(ns, "vetoed", 1))
 	pod := waitPodsRunning(t, c, ns, 1)[0]
-	var rec allocator.Record
 	waitUntil(t, time.Minute, "the pod's record committed", func() (bool, string) {
 		for _, r := range records(t) {
 			if r.PodUID == pod.UID && r.State == allocator.StateCommitted {
-				rec = r
 				return true, ""
 			}
 		}
@@ -760,6 +759,23 @@ func TestAPIVeto(t *testing.T) {
 	})
 
 	c.StopKubelet()
+	// With kubelet stopped, the pod's sandbox and the address the API lists
+	// for it are fixed (kubelet may have replaced the first sandbox before
+	// it stopped): the record under test is the one holding that address.
+	var rec allocator.Record
+	waitUntil(t, time.Minute, "the committed record of the address the pod lists", func() (bool, string) {
+		p, _, err := c.pod(ns, pod.Name)
+		if err != nil || p == nil {
+			return false, fmt.Sprint("pod: ", err)
+		}
+		for _, r := range records(t) {
+			if r.PodUID == pod.UID && r.State == allocator.StateCommitted && r.IP.String() == p.Status.PodIP {
+				rec = r
+				return true, ""
+			}
+		}
+		return false, "pod lists " + p.Status.PodIP
+	})
 	other := filepath.Join(Root, "cni-data-other")
 	if err := c.WriteConflist("10-hlk8s.conflist", podConflistDataDir(PodSubnet, other)); err != nil {
 		t.Fatal(err)
