@@ -11,8 +11,6 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
@@ -133,11 +131,10 @@ spec:
 // condition) until the returned stop is called, which also deletes it.
 func fakeNode(t testing.TB, c *Cluster, name string) (stop func()) {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	cs, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	var renewOnce func() error
 	// Unschedulable and tainted: nothing may run there (there is no kubelet).
