@@ -37,10 +37,10 @@ func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m := daemon.NewMetrics(reg)
-	m.Observe(&daemon.SweepReport{Result: daemon.SweepOK, CRIReached: true, Networks: []*daemon.NetworkReport{{Network: "n",
+	m.Observe(&daemon.SweepReport{Result: daemon.SweepOK, CRIReached: true, Networks: []*daemon.NetworkReport{{NetworkObservation: daemon.NetworkObservation{Network: "n",
 		Snapshot: &daemon.Snapshot{RangeSets: make([]allocator.StoredRangeSet, 1),
 			Usage:       []pool.Usage{{RangeSet: 0, Size: big.NewInt(4)}},
-			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 1, Last: time.Unix(1700000000, 0)}}}}}}, time.Now())
+			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 1, Last: time.Unix(1700000000, 0)}}}}}}}, time.Now())
 	descs := make(chan *prometheus.Desc, 100)
 	m.Describe(descs)
 	close(descs)

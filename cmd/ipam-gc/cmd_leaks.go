@@ -118,8 +118,8 @@ func leakRows(rep *daemon.SweepReport, all bool, stderr io.Writer) (rows []daemo
 	now := time.Now()
 	rows = []daemon.LeakRow{}
 	for _, nr := range rep.Networks {
-		if nr.Err != nil {
-			printf(stderr, "hostlease-gc leaks: network %s: %s", nr.Network, storeErr(nr.Network, nr.Err))
+		if err := nr.Err(); err != nil {
+			printf(stderr, "hostlease-gc leaks: network %s: %s", nr.Network, storeErr(nr.Network, err))
 			failed = append(failed, "network "+nr.Network+" could not be read")
 			continue
 		}

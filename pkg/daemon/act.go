@@ -12,96 +12,106 @@ import (
 	"github.com/hostlease/hostlease/pkg/reclaim"
 )
 
-// This file is the sweep's act stage: it carries out the plan (writes,
-// rebuilds) and records in the report what it did. A dry run's plan is
-// empty, so it does nothing.
+// This file is the sweep's act stage: it carries out each network's
+// decision (a rebuild, then the writes) and returns what it did as the
+// network's NetworkOutcome. A dry run's plan is empty, so it does nothing.
 
-// rebuild sets aside and rebuilds each store the plan says to, and reads the
-// rebuilt store back so the sweep carries on with it.
-func (s *Sweeper) rebuild(ctx context.Context, rep *SweepReport, sandboxes []reclaim.PodSandbox) {
+// rebuildStores sets aside and rebuilds each store the decision says to
+// (rebuildStore), and reads the rebuilt store again (readAgain) so the sweep
+// carries on with it.
+func (s *Sweeper) rebuildStores(ctx context.Context, rep *SweepReport, sandboxes []reclaim.PodSandbox) {
 	for _, nr := range rep.Networks {
-		if ErrorClass(nr.Err) != ClassUnreadable {
+		if !nr.rebuild {
 			continue
 		}
-		if nr.rebuild {
-			aside, n, err := RebuildStore(ctx, s.CRI, nr.Path, nr.Network, sandboxes, s.stores[nr.Path].rangeSets, s.now(), RebuildUnreadable, allocator.ByDaemon)
-			switch {
-			case errors.Is(err, ErrNotRebuilt):
-				// Another process (a second daemon, the CLI) rebuilt it
-				// since it was read: sweep what is there now.
-				nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
-			case err != nil:
-				nr.rebuildErr = err
-			default:
-				nr.Rebuilt, nr.rebuiltN = aside, n
-				nr.Snapshot, nr.Err = ReadSnapshot(nr.Path)
-			}
-		}
-		if nr.Err != nil && rep.Result == SweepOK {
-			rep.Result = SweepStoreError // not rebuilt although CRI answered
+		var reread bool
+		nr.NetworkOutcome, reread = s.rebuildStore(ctx, &nr.NetworkObservation, sandboxes)
+		if reread {
+			nr.NetworkObservation = nr.readAgain()
 		}
 	}
 }
 
-// cleanTemp removes plugins' stale temporary stores when the plan says so.
-func (s *Sweeper) cleanTemp(rep *SweepReport) {
-	if rep.cleanTemp {
-		// A plugin killed during a network's first use leaves its temporary
-		// store behind; nothing else removes it.
-		rep.tempRemoved, rep.tempErr = store.CleanStaleTemp(s.Opts.DataDir, store.StaleTempAge, time.Now())
+// rebuildStore sets aside and rebuilds o's store and says whether the store
+// at its path is to be read again: it was rebuilt, or another process
+// rebuilt it since it was read.
+func (s *Sweeper) rebuildStore(ctx context.Context, o *NetworkObservation, sandboxes []reclaim.PodSandbox) (out NetworkOutcome, reread bool) {
+	aside, n, err := RebuildStore(ctx, s.CRI, o.Path, o.Network, sandboxes, s.stores[o.Path].rangeSets, s.now(), RebuildUnreadable, allocator.ByDaemon)
+	switch {
+	case errors.Is(err, ErrNotRebuilt):
+		return out, true // sweep what is there now
+	case err != nil:
+		out.rebuildErr = err
+		return out, false
 	}
+	out.Rebuilt, out.rebuiltN = aside, n
+	return out, true
 }
 
-// act writes one network's plan (nothing when the store was not read, or
-// failed since).
-func (s *Sweeper) act(rep *SweepReport, nr *NetworkReport, now time.Time) {
-	if !nr.readable() {
-		return
+// cleanTemp removes plugins' stale temporary stores when clean (the
+// decision) says so, and returns what it removed.
+func (s *Sweeper) cleanTemp(clean bool) (removed []string, err error) {
+	if !clean {
+		return nil, nil
 	}
-	if err := s.apply(nr, now); err != nil {
-		nr.Err, nr.writeFailed = err, true
-		nr.storeErrors = append(nr.storeErrors, storeError{ErrorClass(err), errnoOf(err)})
-		rep.Result = SweepStoreError
-	}
+	// A plugin killed during a network's first use leaves its temporary
+	// store behind; nothing else removes it.
+	return store.CleanStaleTemp(s.Opts.DataDir, store.StaleTempAge, time.Now())
 }
 
-// apply writes one network's plan in a single transaction. Each record is
-// changed only if it is still the same allocation (allocator.SameAllocation):
-// a plugin may have released and re-allocated the address since the
-// snapshot, and that new allocation must not be touched. A reclaim is a
-// release with its audit entry (allocator.ReleaseRecord).
+// act writes one network's plan (nothing when the store was not read whole)
+// and returns out, what the sweep did to the network so far (its rebuild),
+// with what the writes did.
+func (s *Sweeper) act(o *NetworkObservation, d *NetworkDecision, out NetworkOutcome, now time.Time) NetworkOutcome {
+	if !o.readable() {
+		return out
+	}
+	done, err := s.apply(o, d, now)
+	if err != nil {
+		out.WriteErr = err
+		return out
+	}
+	out.Reclaimed, out.Committed, out.ReReserved, out.HostLocalReleased, out.IndexRepair = done.reclaimed, done.committed, done.rereserved, done.hostLocal, done.repair
+	return out
+}
+
+// apply writes one network's plan in a single transaction and returns what
+// it did. Each record is changed only if it is still the same allocation
+// (allocator.SameAllocation): a plugin may have released and re-allocated
+// the address since the snapshot, and that new allocation must not be
+// touched. A reclaim is a release with its audit entry
+// (allocator.ReleaseRecord).
 //
 // New values are encoded before the store is opened (prepareWrites); under the
 // exclusive lock a record still holding the bytes the snapshot saw is simply
 // replaced (equal bytes prove it is the same allocation, unchanged), and only
 // a record that changed since is decoded and checked again.
-func (s *Sweeper) apply(nr *NetworkReport, now time.Time) error {
-	plan := &nr.plan
-	if plan.Empty() {
+func (s *Sweeper) apply(o *NetworkObservation, d *NetworkDecision, now time.Time) (applied, error) {
+	if d.plan.Empty() {
 		// Nothing to store: no write transaction, so no exclusive lock and no
 		// fdatasyncs (an empty bbolt commit still writes its meta page) that
 		// plugin calls would wait behind.
-		return nil
+		return applied{}, nil
 	}
-	st, err := store.Open(nr.Path, store.OpenOptions{LockTimeout: storeLockTimeout, By: allocator.ByDaemon})
+	st, err := store.Open(o.Path, store.OpenOptions{LockTimeout: storeLockTimeout, By: allocator.ByDaemon})
 	if err != nil {
-		return err
+		return applied{}, err
 	}
 	defer st.Close()
 	var done applied
 	err = st.Update(func(tx *store.Tx) error {
 		done = applied{stored: done.stored[:0]}
-		return s.applyPlan(tx, nr, now, &done)
+		return s.applyPlan(tx, o, d, now, &done)
 	})
-	if err == nil {
-		nr.Reclaimed, nr.Committed, nr.ReReserved, nr.HostLocalReleased, nr.IndexRepair = done.reclaimed, done.committed, done.rereserved, done.hostLocal, done.repair
-		// What was just written need not be decoded again next sweep.
-		cache := &s.stores[nr.Path].decoded
-		for _, w := range done.stored {
-			cache.Stored(w)
-		}
+	if err != nil {
+		return applied{}, err
 	}
-	return err
+	// What was just written need not be decoded again next sweep.
+	cache := &s.stores[o.Path].decoded
+	for _, w := range done.stored {
+		cache.Stored(w)
+	}
+	return done, nil
 }
 
 // applied is what one write transaction did.
@@ -116,8 +126,8 @@ type applied struct {
 
 // applyPlan is apply's transaction: the index repair, the re-reservations,
 // the releases of vanished host-local files, then the decisions, in order.
-func (s *Sweeper) applyPlan(tx *store.Tx, nr *NetworkReport, now time.Time, done *applied) error {
-	plan := &nr.plan
+func (s *Sweeper) applyPlan(tx *store.Tx, o *NetworkObservation, d *NetworkDecision, now time.Time, done *applied) error {
+	plan := &d.plan
 	var err error
 	if plan.RepairIndexes {
 		// Records are the truth: the indexes are rebuilt from them first
@@ -128,16 +138,16 @@ func (s *Sweeper) applyPlan(tx *store.Tx, nr *NetworkReport, now time.Time, done
 	}
 	// Before any reclaim: a reclaim must not free an address a READY
 	// sandbox uses.
-	if done.rereserved, err = applyReReserves(tx, nr.Network, nr.Snapshot.RangeSets, plan.ReReserve, now); err != nil {
+	if done.rereserved, err = applyReReserves(tx, o.Network, o.Snapshot.RangeSets, plan.ReReserve, now); err != nil {
 		return err
 	}
 	if plan.ReleaseHostLocal {
-		if done.hostLocal, err = allocator.ReleaseHostLocalGone(tx, s.hostLocalDir(nr.Network), allocator.ByDaemon, now); err != nil {
+		if done.hostLocal, err = allocator.ReleaseHostLocalGone(tx, s.hostLocalDir(o.Network), allocator.ByDaemon, now); err != nil {
 			return err
 		}
 	}
 	for j, i := range plan.Writes {
-		if err := applyWrite(tx, &nr.Verdict.Decisions[i], nr.prepared[j], now, done); err != nil {
+		if err := applyWrite(tx, &d.Verdict.Decisions[i], d.prepared[j], now, done); err != nil {
 			return err
 		}
 	}

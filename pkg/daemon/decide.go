@@ -8,9 +8,11 @@ import (
 )
 
 // This file is the sweep's decide stage: it hands what a sweep observed
-// (and --dry-run, and the clock) to pkg/reclaim's pure functions and keeps
-// their verdicts and plans in the report. A dry run's plan holds the same
-// verdicts, re-reservations and conflicts, and nothing to write or rebuild.
+// (and --dry-run, and the clock) to pkg/reclaim's pure functions. Each
+// network's decision is a NetworkDecision made from its observation
+// (planRebuild, then judge, then settle, each returning the decision so
+// far with its part added). A dry run's plan holds the same verdicts,
+// re-reservations and conflicts, and nothing to write or rebuild.
 
 // preparedWrite is a planned write's new record value, encoded ahead of the
 // write transaction when the snapshot could vouch for the record.
@@ -19,28 +21,39 @@ type preparedWrite struct {
 	prepared bool
 }
 
-// planStores decides what happens to the stores as files: an unreadable one
-// is set aside and rebuilt (reclaim.ShouldRebuild); a dry run does not
-// remove plugins' stale temporary stores either.
+// planStores decides what happens to the stores as files, before their
+// records are observed: each network's decision starts with planRebuild; a
+// dry run does not remove plugins' stale temporary stores either.
 func planStores(rep *SweepReport) {
 	rep.cleanTemp = !rep.DryRun
 	for _, nr := range rep.Networks {
-		nr.rebuild = reclaim.ShouldRebuild(ErrorClass(nr.Err) == ClassUnreadable, rep.CRI, rep.DryRun)
+		nr.NetworkDecision = planRebuild(&nr.NetworkObservation, rep.CRI, rep.DryRun)
 	}
 }
 
-// judgeNetworks judges every readable store's records (reclaim.Judge: every
-// rule but the API veto and the guard) and reconciles the addresses READY
-// sandboxes use with them (reclaim.Reconcile).
+// planRebuild is the decision on a store as read: an unreadable one is set
+// aside and rebuilt (reclaim.ShouldRebuild).
+func planRebuild(o *NetworkObservation, cri reclaim.CRIView, dryRun bool) NetworkDecision {
+	return NetworkDecision{rebuild: reclaim.ShouldRebuild(ErrorClass(o.ReadErr) == ClassUnreadable, cri, dryRun)}
+}
+
+// judgeNetworks judges every readable store's records (judge).
 func judgeNetworks(rep *SweepReport, uses []reclaim.Use, p reclaim.Policy, now time.Time) {
 	for _, nr := range rep.Networks {
-		if !nr.readable() {
-			continue
+		if nr.readable() {
+			nr.NetworkDecision = judge(nr.NetworkDecision, &nr.NetworkObservation, uses, p, rep.CRI, now)
 		}
-		snap := nr.Snapshot
-		nr.ReReserve = reclaim.Reconcile(uses, snap.Records, snap.Damaged, snap.RangeSets, rep.CRI)
-		nr.Verdict = reclaim.Judge(p, nr.cands, rep.CRI, now)
 	}
+}
+
+// judge is d with the observed records judged (reclaim.Judge: every rule but
+// the API veto and the guard) and the addresses READY sandboxes use
+// reconciled with them (reclaim.Reconcile).
+func judge(d NetworkDecision, o *NetworkObservation, uses []reclaim.Use, p reclaim.Policy, cri reclaim.CRIView, now time.Time) NetworkDecision {
+	snap := o.Snapshot
+	d.ReReserve = reclaim.Reconcile(uses, snap.Records, snap.Damaged, snap.RangeSets, cri)
+	d.Verdict = reclaim.Judge(p, o.cands, cri, now)
+	return d
 }
 
 // needsAPI reports whether any verdict holds a reclaim the API server could
@@ -54,19 +67,27 @@ func needsAPI(rep *SweepReport) bool {
 	return false
 }
 
-// settleNetworks finishes each verdict with the API view (vetoes) and the
-// guard (reclaim.Settle), and plans each store's writes (reclaim.PlanStore:
-// none in a dry run).
+// settleNetworks settles every readable store's verdict and plans its
+// writes (settle).
 func settleNetworks(rep *SweepReport, p reclaim.Policy, maxInfo int, now time.Time) {
 	for _, nr := range rep.Networks {
-		if !nr.readable() {
-			continue
+		if nr.readable() {
+			nr.NetworkDecision = settle(nr.NetworkDecision, &nr.NetworkObservation, p, rep.API, maxInfo, rep.DryRun, now)
 		}
-		reclaim.Settle(&nr.Verdict, p, nr.Snapshot.Reserved(), rep.API)
-		facts := reclaim.StoreFacts{IndexesChanged: nr.Snapshot.Indexes.Changed(), HostLocalGone: nr.hostLocalGone}
-		nr.plan = reclaim.PlanStore(&nr.Verdict, nr.ReReserve, facts, maxInfo, rep.DryRun)
-		nr.prepared = prepareWrites(nr.Snapshot, nr.Verdict, nr.plan.Writes, now)
 	}
+}
+
+// settle is the judged decision d finished with the API view (vetoes) and
+// the guard (reclaim.Settle), with the store's writes planned
+// (reclaim.PlanStore: none in a dry run) and encoded (prepareWrites). The
+// verdict's decisions are settled in place, so the judged d passed in is
+// replaced by the result, never used beside it.
+func settle(d NetworkDecision, o *NetworkObservation, p reclaim.Policy, api reclaim.APIView, maxInfo int, dryRun bool, now time.Time) NetworkDecision {
+	reclaim.Settle(&d.Verdict, p, o.Snapshot.Reserved(), api)
+	facts := reclaim.StoreFacts{IndexesChanged: o.Snapshot.Indexes.Changed(), HostLocalGone: o.hostLocalGone}
+	d.plan = reclaim.PlanStore(&d.Verdict, d.ReReserve, facts, maxInfo, dryRun)
+	d.prepared = prepareWrites(o.Snapshot, d.Verdict, d.plan.Writes, now)
+	return d
 }
 
 // prepareWrites encodes the new value of each planned write's record that is

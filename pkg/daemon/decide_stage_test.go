@@ -31,7 +31,7 @@ func TestPlanStores(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rep := &SweepReport{DryRun: tc.dryRun, CRI: tc.cri, Networks: []*NetworkReport{{Network: testNet, Err: tc.err}}}
+			rep := &SweepReport{DryRun: tc.dryRun, CRI: tc.cri, Networks: []*NetworkReport{{NetworkObservation: NetworkObservation{Network: testNet, ReadErr: tc.err}}}}
 			planStores(rep)
 			if got := rep.Networks[0].rebuild; got != tc.rebuild || rep.cleanTemp == tc.dryRun {
 				t.Errorf("rebuild %v cleanTemp %v, want %v %v", got, rep.cleanTemp, tc.rebuild, !tc.dryRun)

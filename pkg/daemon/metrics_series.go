@@ -98,7 +98,7 @@ func (c *netCounters) add(nr *NetworkReport) {
 			c.conflicts++
 		}
 	}
-	for _, e := range nr.storeErrors {
+	for _, e := range nr.storeErrors() {
 		c.storeErrors[e]++
 	}
 	if nr.Rebuilt != "" {

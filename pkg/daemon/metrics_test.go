@@ -10,11 +10,13 @@ import (
 	"net/netip"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hostlease/hostlease/pkg/allocator"
 	"github.com/hostlease/hostlease/pkg/allocator/pool"
+	"github.com/hostlease/hostlease/pkg/allocator/store"
 	"github.com/hostlease/hostlease/pkg/reclaim"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -100,22 +102,28 @@ func populate(m *Metrics) {
 		{Record: rec(12, allocator.StateCommitted), Reason: reclaim.KeepLive},
 	}
 	m.Observe(&SweepReport{Result: SweepOK, CRIReached: true, Duration: 12 * time.Millisecond, Networks: []*NetworkReport{{
-		Network: "podnet",
-		Snapshot: &Snapshot{
-			Usage:       []pool.Usage{usage(0, 254, 9), usage(1, 65534, 4)},
-			RangeSets:   make([]allocator.StoredRangeSet, 2),
-			Exhaustions: map[int]allocator.Exhaustion{0: {Count: 2, Last: time.Unix(1700000000, 0)}},
-			Damaged:     make([]allocator.DamagedRecord, 2),
+		NetworkObservation: NetworkObservation{
+			Network: "podnet",
+			Snapshot: &Snapshot{
+				Usage:       []pool.Usage{usage(0, 254, 9), usage(1, 65534, 4)},
+				RangeSets:   make([]allocator.StoredRangeSet, 2),
+				Exhaustions: map[int]allocator.Exhaustion{0: {Count: 2, Last: time.Unix(1700000000, 0)}},
+				Damaged:     make([]allocator.DamagedRecord, 2),
+			},
 		},
-		Verdict:     reclaim.Verdict{Decisions: decisions, Guarded: true},
-		Reclaimed:   reclaimed,
-		Rebuilt:     "podnet.db.corrupt-1",
-		ReReserved:  []reclaim.ReReserve{{IP: addr("10.9.0.1"), Reason: reclaim.ReReserveUnrecorded}},
-		ReReserve:   []reclaim.ReReserve{{IP: addr("10.9.0.1"), Reason: reclaim.ReReserveUnrecorded}, {IP: addr("10.9.0.2"), Reason: reclaim.ReReserveOtherOwner, Conflict: true}},
-		storeErrors: []storeError{{ClassEnvironment, "EROFS"}},
+		NetworkDecision: NetworkDecision{
+			Verdict:   reclaim.Verdict{Decisions: decisions, Guarded: true},
+			ReReserve: []reclaim.ReReserve{{IP: addr("10.9.0.1"), Reason: reclaim.ReReserveUnrecorded}, {IP: addr("10.9.0.2"), Reason: reclaim.ReReserveOtherOwner, Conflict: true}},
+		},
+		NetworkOutcome: NetworkOutcome{
+			Reclaimed:  reclaimed,
+			Rebuilt:    "podnet.db.corrupt-1",
+			ReReserved: []reclaim.ReReserve{{IP: addr("10.9.0.1"), Reason: reclaim.ReReserveUnrecorded}},
+			WriteErr:   &store.IOError{Op: "write", Path: "podnet.db", Err: syscall.EROFS},
+		},
 	}}}, time.Unix(1700000100, 500000000))
 	m.Observe(&SweepReport{Result: SweepCRIError, Duration: 3 * time.Second, Networks: []*NetworkReport{{
-		Network: "podnet", Err: errors.New("store is busy"),
+		NetworkObservation: NetworkObservation{Network: "podnet", ReadErr: errors.New("store is busy")},
 	}}}, time.Unix(1700000130, 0))
 }
 
@@ -220,7 +228,7 @@ func swept(pools map[string][]int) *SweepReport {
 		for rs, size := range sizes {
 			snap.Usage = append(snap.Usage, usage(rs, size, 0))
 		}
-		rep.Networks = append(rep.Networks, &NetworkReport{Network: network, Snapshot: snap})
+		rep.Networks = append(rep.Networks, &NetworkReport{NetworkObservation: NetworkObservation{Network: network, Snapshot: snap}})
 	}
 	return rep
 }
@@ -260,8 +268,9 @@ func TestMetricsKeepGaugesOfAnUnreadableStore(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	m.Observe(swept(map[string][]int{"a": {10}}), time.Now())
-	m.Observe(&SweepReport{Result: SweepStoreError, Networks: []*NetworkReport{{Network: "a", Err: errors.New("EIO"),
-		storeErrors: []storeError{{ClassEnvironment, "EIO"}}}}}, time.Now())
+	eio := &store.IOError{Op: "read", Path: "a.db", Err: syscall.EIO}
+	m.Observe(&SweepReport{Result: SweepStoreError, Networks: []*NetworkReport{{NetworkObservation: NetworkObservation{Network: "a", ReadErr: eio,
+		firstReadErr: eio}}}}, time.Now())
 	if v := gathered(t, reg, "hostlease_pool_size_addresses", "network", "a", "range_set", "0"); v != 10 {
 		t.Fatalf("pool size of an unreadable store = %v, want the last read 10", v)
 	}

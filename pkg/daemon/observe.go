@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hostlease/hostlease/internal/trustfs"
@@ -15,7 +16,9 @@ import (
 )
 
 // This file is the sweep's observe stage: it reads the stores, CRI and the
-// node into the sweep's report; what it finds is logged by report.
+// node. Each network's reading is a NetworkObservation (observeStore, then
+// readAgain after a rebuild, then observeRecords); what it finds is logged
+// by report.
 
 // verifyEvery is how often (in sweeps) the derived indexes are verified
 // against the records: every 10th sweep, 5 minutes at the default interval.
@@ -27,57 +30,66 @@ const verifyEvery = 10
 // tell whether --netns-dir is the runtime's.
 const liveNetnsSample = 16
 
-// observeStores takes a snapshot of every store under the data dir and
-// returns how many committed records written since the boot they hold (the
-// last count of an unreadable store: what it held still makes an empty CRI
-// answer implausible, as a rebuild from it would free live addresses).
+// observeStores takes a snapshot of every store under the data dir, one
+// report per store holding its observation, and returns how many committed
+// records written since the boot they hold (the last count of an unreadable
+// store: what it held still makes an empty CRI answer implausible, as a
+// rebuild from it would free live addresses).
 func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (committed int) {
 	files, err := FindStores(s.Opts.DataDir)
-	if err != nil {
-		rep.storesErr = err
-		rep.Result = SweepStoreError
-	}
+	rep.storesErr = err
 	rep.DataDir = dataDirStatus(s.Opts.DataDir, len(files), err)
 	s.syncStores(files)
 	verify := s.sweeps%verifyEvery == 0
 	s.sweeps++
 	for _, f := range files {
 		st := s.stores[f.Path]
-		nr := &NetworkReport{Network: f.Network, Path: f.Path}
-		rep.Networks = append(rep.Networks, nr)
-		nr.Snapshot, nr.Err = readSnapshot(f.Path, &st.decoded, verify, st.auditMark)
-		nr.readErr = nr.Err
-		if n := nr.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && store.FilePath(filepath.Dir(f.Path), n.Network) == f.Path {
-			// A name too long for a file name: the file's is shortened.
-			// (A copy of another network's store keeps its file's name.)
-			nr.Network = n.Network
-		}
-		st.network = nr.Network
-		switch class := ErrorClass(nr.Err); class {
-		case "":
-			st.auditMark = nr.Snapshot.AuditLast
-			st.committed = 0
-			for _, r := range nr.Snapshot.Records {
-				if r.State == allocator.StateCommitted && !reclaim.PredatesBoot(r.Created, boot, probe) {
-					st.committed++
-				}
-			}
+		o := observeStore(f, st, verify, boot, probe)
+		rep.Networks = append(rep.Networks, &NetworkReport{NetworkObservation: o})
+		// Another error (environment, damaged page) says nothing of what
+		// the store holds, and never leads to a rebuild: it counts nothing.
+		if class := ErrorClass(o.ReadErr); class == "" || class == ClassUnreadable {
 			committed += st.committed
-			if sets := nr.Snapshot.RangeSets; len(sets) > 0 {
-				st.rangeSets = sets
-			}
-		case ClassUnreadable:
-			nr.storeErrors = append(nr.storeErrors, storeError{class, errnoOf(nr.Err)})
-			committed += st.committed
-		default:
-			// Environment errors say nothing about the store's content:
-			// never a reason to set it aside or rebuild it. A damaged page
-			// is an operator's to rebuild. Looked at again next sweep.
-			nr.storeErrors = append(nr.storeErrors, storeError{class, errnoOf(nr.Err)})
-			rep.Result = SweepStoreError
 		}
 	}
 	return committed
+}
+
+// observeStore reads one store and, when it reads whole, keeps in st what
+// later sweeps need of it (the audit mark, the committed count, the range
+// sets); a store that does not read keeps those of its last read.
+func observeStore(f StoreFile, st *storeState, verify bool, boot, probe time.Time) NetworkObservation {
+	o := NetworkObservation{Network: f.Network, Path: f.Path}
+	o.Snapshot, o.ReadErr = readSnapshot(f.Path, &st.decoded, verify, st.auditMark)
+	o.firstReadErr = o.ReadErr
+	if n := o.Snapshot; n != nil && n.Network != "" && n.Network != f.Network && store.FilePath(filepath.Dir(f.Path), n.Network) == f.Path {
+		// A name too long for a file name: the file's is shortened.
+		// (A copy of another network's store keeps its file's name.)
+		o.Network = n.Network
+	}
+	st.network = o.Network
+	if o.ReadErr != nil {
+		return o
+	}
+	st.auditMark = o.Snapshot.AuditLast
+	st.committed = 0
+	for _, r := range o.Snapshot.Records {
+		if r.State == allocator.StateCommitted && !reclaim.PredatesBoot(r.Created, boot, probe) {
+			st.committed++
+		}
+	}
+	if sets := o.Snapshot.RangeSets; len(sets) > 0 {
+		st.rangeSets = sets
+	}
+	return o
+}
+
+// readAgain is o with its store read again, after the rebuild stage replaced
+// it (or found another process had): the sweep carries on with that read.
+// What the first read found stays, for report and metrics.
+func (o NetworkObservation) readAgain() NetworkObservation {
+	o.Snapshot, o.ReadErr = ReadSnapshot(o.Path)
+	return o
 }
 
 // observeCRI lists the sandboxes (reclaim.CRIView judges whether the answer can be
@@ -86,9 +98,6 @@ func (s *Sweeper) observeStores(rep *SweepReport, boot, probe time.Time) (commit
 func (s *Sweeper) observeCRI(ctx context.Context, rep *SweepReport, committed int, now time.Time) []reclaim.PodSandbox {
 	view, sandboxes := ListView(ctx, s.CRI, committed, now)
 	rep.CRIReached = view.Complete || sandboxes != nil
-	if !view.Complete {
-		rep.Result = SweepCRIError
-	}
 	s.fillPendingIPs(ctx, &view, rep.Networks)
 	rep.CRI = view
 	return sandboxes
@@ -122,10 +131,8 @@ func (s *Sweeper) fillPendingIPs(ctx context.Context, view *reclaim.CRIView, net
 	}
 }
 
-// observeNode reads what the node says of each readable store's records:
-// host-local reservation files, the addresses READY sandboxes use (returned),
-// proofs of death; and, under --dry-run, gives each record the observation
-// the previous dry-run sweep decided (the store still holds an older one).
+// observeNode reads what the node says of each readable store's records
+// (observeRecords) and returns the addresses READY sandboxes use.
 func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes []reclaim.PodSandbox, boot, now time.Time) []reclaim.Use {
 	dir := s.netnsDirView()
 	holders := &netnsHolders{procDir: s.procDir()}
@@ -134,21 +141,37 @@ func (s *Sweeper) observeNode(ctx context.Context, rep *SweepReport, sandboxes [
 		if !nr.readable() {
 			continue
 		}
-		nr.hostLocalGone = hostLocalFileGone(s.hostLocalDir(nr.Network), nr.Snapshot.Records)
-		if seen := s.stores[nr.Path].dryObs; rep.DryRun && seen != nil {
-			for i, r := range nr.Snapshot.Records {
-				if o, ok := seen[r.ID()]; ok {
-					cp := *r // records are shared with the decode cache: never modify them
-					cp.Obs = o
-					nr.Snapshot.Records[i] = &cp
-				}
-			}
+		var dryObs map[allocator.AllocationID]allocator.Observation
+		if rep.DryRun {
+			dryObs = s.stores[nr.Path].dryObs
 		}
-		nr.netns, nr.cands = s.candidates(nr.Snapshot, rep.CRI, dir, holders, boot, now)
+		nr.NetworkObservation = s.observeRecords(nr.NetworkObservation, rep.CRI, dryObs, dir, holders, boot, now)
 		facts = append(facts, nr.netns)
 	}
 	rep.Netns = reclaim.NetnsProof(dir, facts)
 	return s.sandboxUses(ctx, rep.CRI, sandboxes, rep.Networks)
+}
+
+// observeRecords is o with what the node says of its store's records:
+// host-local reservation files, proofs of death; and, under --dry-run
+// (dryObs not nil), each record with the observation the previous dry-run
+// sweep decided (the store still holds an older one).
+func (s *Sweeper) observeRecords(o NetworkObservation, view reclaim.CRIView, dryObs map[allocator.AllocationID]allocator.Observation, dir reclaim.NetnsDirView, holders *netnsHolders, boot, now time.Time) NetworkObservation {
+	o.hostLocalGone = hostLocalFileGone(s.hostLocalDir(o.Network), o.Snapshot.Records)
+	if dryObs != nil {
+		snap := *o.Snapshot
+		snap.Records = slices.Clone(snap.Records)
+		for i, r := range snap.Records {
+			if obs, ok := dryObs[r.ID()]; ok {
+				cp := *r // records are shared with the decode cache: never modify them
+				cp.Obs = obs
+				snap.Records[i] = &cp
+			}
+		}
+		o.Snapshot = &snap
+	}
+	o.netns, o.cands = s.candidates(o.Snapshot, view, dir, holders, boot, now)
+	return o
 }
 
 // netnsDirView stats --netns-dir once for the sweep. A directory whose file

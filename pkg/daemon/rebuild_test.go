@@ -221,8 +221,8 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 			rep := e.sweepAt(now)
 			nr := e.net(rep)
 			aside := fmt.Sprintf("%s.corrupt-%d", e.path, now.Unix())
-			if nr.Rebuilt != aside || nr.Err != nil {
-				t.Fatalf("rebuilt=%q err=%v, want set aside as %s", nr.Rebuilt, nr.Err, aside)
+			if nr.Rebuilt != aside || nr.Err() != nil {
+				t.Fatalf("rebuilt=%q err=%v, want set aside as %s", nr.Rebuilt, nr.Err(), aside)
 			}
 			if !bytes.Equal(fileBytes(t, aside), damaged) {
 				t.Fatal("the set-aside file is not the unreadable store as it was")
@@ -294,8 +294,8 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 		}
 		e.cri.setListErr(errors.New("unavailable"))
 		rep := e.sweepAt(t0.Add(time.Minute))
-		if nr := e.net(rep); nr.Rebuilt != "" || !errors.Is(nr.Err, store.ErrUnreadable) {
-			t.Fatalf("rebuilt=%q err=%v, want left unreadable", nr.Rebuilt, nr.Err)
+		if nr := e.net(rep); nr.Rebuilt != "" || !errors.Is(nr.Err(), store.ErrUnreadable) {
+			t.Fatalf("rebuilt=%q err=%v, want left unreadable", nr.Rebuilt, nr.Err())
 		}
 		if matches, _ := filepath.Glob(e.path + ".corrupt-*"); len(matches) != 0 {
 			t.Fatalf("set aside without a CRI answer: %v", matches)
@@ -306,7 +306,7 @@ func TestSweepRebuildsUnreadableStore(t *testing.T) {
 		// CRI is back: rebuilt now.
 		e.cri.setListErr(nil)
 		if rep := e.sweepAt(t0.Add(2 * time.Minute)); e.net(rep).Rebuilt == "" {
-			t.Fatalf("not rebuilt once CRI answered: %v", e.net(rep).Err)
+			t.Fatalf("not rebuilt once CRI answered: %v", e.net(rep).Err())
 		}
 		if recs := e.records(); len(recs) != 1 || recs[a.IP] == nil {
 			t.Fatalf("rebuilt store %v", keys(recs))

@@ -55,7 +55,7 @@ func (s *Sweeper) reportNetnsProof(rep *SweepReport) {
 func (s *Sweeper) report(ctx context.Context, rep *SweepReport, nr *NetworkReport) {
 	log := s.Log.With("network", nr.Network)
 	s.reportStore(log, rep, nr)
-	if nr.Snapshot != nil && nr.readErr == nil && !rep.DryRun {
+	if nr.Snapshot != nil && nr.firstReadErr == nil && !rep.DryRun {
 		s.reportPluginReleases(ctx, log, rep, nr)
 	}
 	if nr.swept() {
@@ -134,7 +134,7 @@ func markAuditReported(path string, seq uint64) error {
 // reportStore logs what was wrong with the store, and what the sweep did
 // about it.
 func (s *Sweeper) reportStore(log *slog.Logger, rep *SweepReport, nr *NetworkReport) {
-	switch class := ErrorClass(nr.readErr); class {
+	switch class := ErrorClass(nr.firstReadErr); class {
 	case "":
 		if snap := nr.Snapshot; len(snap.Damaged) > 0 {
 			log.Warn("store has damaged records: their addresses stay reserved; the healthy records are swept",
@@ -147,24 +147,24 @@ func (s *Sweeper) reportStore(log *slog.Logger, rep *SweepReport, nr *NetworkRep
 		log := log.With("path", nr.Path)
 		switch {
 		case rep.DryRun:
-			log.Warn("store unreadable; would set it aside and rebuild it from CRI (dry run)", "error", nr.readErr)
+			log.Warn("store unreadable; would set it aside and rebuild it from CRI (dry run)", "error", nr.firstReadErr)
 		case !rep.CRI.Complete:
-			log.Warn("store unreadable; not rebuilding without a complete CRI answer", "error", nr.readErr)
+			log.Warn("store unreadable; not rebuilding without a complete CRI answer", "error", nr.firstReadErr)
 		case nr.rebuildErr != nil:
-			log.Error("store unreadable and rebuild failed", "error", nr.rebuildErr, "cause", nr.readErr)
+			log.Error("store unreadable and rebuild failed", "error", nr.rebuildErr, "cause", nr.firstReadErr)
 		case nr.Rebuilt != "":
-			log.Warn("store was unreadable: set aside and rebuilt from CRI", "setAside", nr.Rebuilt, "records", nr.rebuiltN, "cause", nr.readErr)
+			log.Warn("store was unreadable: set aside and rebuilt from CRI", "setAside", nr.Rebuilt, "records", nr.rebuiltN, "cause", nr.firstReadErr)
 		}
 	case ClassEnvironment:
 		log.Warn("store skipped this sweep: environment error (not damage; the store is left as it is)",
-			"errno", errnoOf(nr.readErr), "error", nr.readErr)
+			"errno", errnoOf(nr.firstReadErr), "error", nr.firstReadErr)
 	case ClassDamagedPage:
-		log.Error("store has a damaged page: reclaiming nothing on this network; an operator rebuilds it (hostlease-gc rebuild --force)", "error", nr.readErr)
+		log.Error("store has a damaged page: reclaiming nothing on this network; an operator rebuilds it (hostlease-gc rebuild --force)", "error", nr.firstReadErr)
 	default:
-		log.Warn("store skipped this sweep", "error", nr.readErr)
+		log.Warn("store skipped this sweep", "error", nr.firstReadErr)
 	}
-	if nr.writeFailed {
-		log.Error("could not apply sweep to store", "class", ErrorClass(nr.Err), "errno", errnoOf(nr.Err), "error", nr.Err)
+	if err := nr.WriteErr; err != nil {
+		log.Error("could not apply sweep to store", "class", ErrorClass(err), "errno", errnoOf(err), "error", err)
 	}
 }
 

@@ -16,12 +16,21 @@ import (
 // open between sweeps.
 //
 // A sweep is a pipeline of plain values (docs/architecture.md, "The path of
-// a sweep"): observe (observe.go: the stores' snapshots, CRI, the node's
-// netns and host-local files, then the API server when a reclaim could be
-// vetoed) → decide (decide.go: pkg/reclaim's pure functions of what was
-// observed, --dry-run and the clock) → act (act.go: the writes and rebuilds
-// the plan holds; a dry run's plan holds none) → report (report.go: logs and
-// Events; metrics.go: the collector that exports the last report).
+// a sweep"). Each network's part is one value per stage, held together in
+// its NetworkReport; a stage's functions take the earlier stages' values and
+// return their own, and never write into another stage's:
+//   - observe (observe.go) returns each network's NetworkObservation: the
+//     store's snapshot and read error, then what the node's netns and
+//     host-local files say of its records; with them the node-wide views
+//     (CRI, the netns proof, then the API server when a reclaim could be
+//     vetoed);
+//   - decide (decide.go) returns its NetworkDecision, pkg/reclaim's pure
+//     functions of the observation, --dry-run and the clock: the rebuild,
+//     the verdict, the re-reservations and the plan of writes;
+//   - act (act.go) returns its NetworkOutcome: the rebuild and the writes
+//     the decision holds (a dry run's holds none), and the write's error;
+//   - report (report.go: logs and Events; metrics.go: the collector that
+//     exports the last report) reads all three.
 type Sweeper struct {
 	Opts    *Options
 	CRI     CRI
@@ -78,9 +87,10 @@ type storeState struct {
 	dryObs map[allocator.AllocationID]allocator.Observation
 }
 
-// SweepReport is one sweep: what it observed, decided and did.
+// SweepReport is one sweep: what it observed, decided and did, node-wide and
+// network by network.
 type SweepReport struct {
-	Result string // SweepOK, SweepCRIError or SweepStoreError
+	Result string // SweepOK, SweepCRIError or SweepStoreError (sweepResult)
 	DryRun bool
 	CRI    reclaim.CRIView
 	// CRIReached: ListPodSandbox answered (even if implausibly).
@@ -93,51 +103,71 @@ type SweepReport struct {
 	Networks []*NetworkReport
 	Duration time.Duration
 
-	storesErr error // the data dir could not be listed
-	// cleanTemp: remove plugins' stale temporary stores (not in a dry run);
-	// tempRemoved and tempErr say what that did.
+	storesErr error // observed: the data dir could not be listed
+	// cleanTemp (decided): remove plugins' stale temporary stores (not in a
+	// dry run); tempRemoved and tempErr (done) say what that did.
 	cleanTemp   bool
 	tempRemoved []string
 	tempErr     error
 }
 
-// NetworkReport is one network's part of a sweep, filled stage by stage.
+// NetworkReport is one network's part of a sweep: one value per stage, each
+// the return value of that stage's functions, which take the earlier stages'
+// values and never write into them.
 type NetworkReport struct {
-	// Observed.
-	Network  string
-	Path     string
+	NetworkObservation
+	NetworkDecision
+	NetworkOutcome
+}
+
+// NetworkObservation is what the observe stage read of one network: its
+// store and what the node says of the store's records.
+type NetworkObservation struct {
+	Network string
+	Path    string
+	// Snapshot is the store as the sweep decides on it: as read or, once
+	// the rebuild stage replaced it, as read again (nil: not read).
 	Snapshot *Snapshot
-	// Err is the error that kept the sweep from reading (or, once it had
-	// decided, from writing) the store.
-	Err           error
-	readErr       error // Err as the read left it
+	// ReadErr is the error of the read Snapshot comes from (nil: Snapshot
+	// holds the store).
+	ReadErr error
+	// firstReadErr is the error of the sweep's first read of the store,
+	// which report logs and metrics count: ReadErr, unless the store was
+	// read again after the rebuild stage.
+	firstReadErr  error
 	cands         []reclaim.Candidate
 	netns         reclaim.NetnsFacts
 	hostLocalGone bool // a record imported from host-local lost its file
+}
 
-	// Decided.
+// NetworkDecision is what the decide stage made of one network's
+// observation, with pkg/reclaim's functions.
+type NetworkDecision struct {
+	rebuild bool // set the unreadable store aside and rebuild it
 	Verdict reclaim.Verdict
 	// ReReserve is what the CRI → store reconciliation found (reclaim.Reconcile).
 	ReReserve []reclaim.ReReserve
-	rebuild   bool         // set the unreadable store aside and rebuild it
 	plan      reclaim.Plan // what act writes (empty in a dry run)
 	// prepared[j] is plan.Writes[j]'s record encoded ahead of the write.
 	prepared []preparedWrite
+}
 
-	// Done.
+// NetworkOutcome is what the act stage did to one network's store.
+type NetworkOutcome struct {
+	Rebuilt    string // where the unreadable store was set aside, when rebuilt
+	rebuiltN   int    // records the rebuilt store holds
+	rebuildErr error  // why the planned rebuild failed
 	Reclaimed  []ReclaimedRecord
 	Committed  int
-	Rebuilt    string // where the unreadable store was set aside, when rebuilt
 	ReReserved []reclaim.ReReserve
 	// HostLocalReleased lists the records imported from host-local whose
 	// reservation file was removed, released by this sweep.
 	HostLocalReleased []*allocator.Record
 	// IndexRepair is the repair of the derived indexes this sweep made.
 	IndexRepair allocator.IndexRepair
-	rebuildErr  error        // why the planned rebuild failed
-	rebuiltN    int          // records the rebuilt store holds
-	writeFailed bool         // Err is the write's, after a read that worked
-	storeErrors []storeError // every store error met (read, write), for metrics
+	// WriteErr is why the plan could not be written (nil: written, or
+	// nothing to write); the transaction wrote nothing then.
+	WriteErr error
 }
 
 // ReclaimedRecord is one address a sweep released, as the record was under
@@ -148,15 +178,35 @@ type ReclaimedRecord struct {
 	Detail string
 }
 
+// Err is the error that kept the sweep from reading the store or, once it
+// had decided, from writing it (nil: neither).
+func (nr *NetworkReport) Err() error {
+	if nr.WriteErr != nil {
+		return nr.WriteErr
+	}
+	return nr.ReadErr
+}
+
 // swept reports whether the sweep read the store and decided on it (a failed
 // write leaves it so: what was decided is still what the store holds, bar
 // the writes).
-func (nr *NetworkReport) swept() bool {
-	return nr.Snapshot != nil && (nr.Err == nil || nr.writeFailed)
+func (nr *NetworkReport) swept() bool { return nr.readable() }
+
+// storeErrors are the store errors the sweep met on the network (read,
+// write), for metrics.
+func (nr *NetworkReport) storeErrors() []storeError {
+	var out []storeError
+	for _, err := range []error{nr.firstReadErr, nr.WriteErr} {
+		if err != nil {
+			out = append(out, storeError{ErrorClass(err), errnoOf(err)})
+		}
+	}
+	return out
 }
 
-// readable reports whether the store was read and nothing failed since.
-func (nr *NetworkReport) readable() bool { return nr.Snapshot != nil && nr.Err == nil }
+// readable reports whether the store was read whole (the read Snapshot
+// comes from failed on nothing).
+func (o *NetworkObservation) readable() bool { return o.Snapshot != nil && o.ReadErr == nil }
 
 func (s *Sweeper) now() time.Time {
 	if s.Now != nil {
@@ -168,13 +218,14 @@ func (s *Sweeper) now() time.Time {
 // Sweep runs one reconciliation. The order matters: stores are read before CRI
 // is listed, so every record the policy judges predates the CRI answer (a
 // sandbox that finished setup is in it; one still in flight is covered by
-// --min-age). An unreadable store is rebuilt (when the plan says so) before
-// the rest is observed, so the rebuilt store is swept like the others.
+// --min-age). An unreadable store is rebuilt (when the decision says so) and
+// read again before the rest is observed, so the rebuilt store is swept like
+// the others. The result (sweepResult) is worked out once the sweep acted.
 func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := time.Now()
-	rep := &SweepReport{Result: SweepOK, DryRun: s.Opts.DryRun}
+	rep := &SweepReport{DryRun: s.Opts.DryRun}
 	pol := PolicyFromOptions(s.Opts)
 
 	// The boot time is read before CRI is listed: a committed record written
@@ -185,7 +236,7 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	now := s.now()
 	sandboxes := s.observeCRI(ctx, rep, committed, now)
 	planStores(rep)
-	s.rebuild(ctx, rep, sandboxes)
+	s.rebuildStores(ctx, rep, sandboxes)
 	uses := s.observeNode(ctx, rep, sandboxes, boot, now)
 
 	judgeNetworks(rep, uses, pol, now)
@@ -199,17 +250,41 @@ func (s *Sweeper) Sweep(ctx context.Context) *SweepReport {
 	// Act and report go network by network: a network's logs and Events
 	// follow its own write, and a daemon stopped part-way (a deleted pod)
 	// leaves the later networks exactly as observed, for the next sweep.
-	s.cleanTemp(rep)
+	rep.tempRemoved, rep.tempErr = s.cleanTemp(rep.cleanTemp)
 	s.reportSweep(rep)
 	for _, nr := range rep.Networks {
-		s.act(rep, nr, now)
+		nr.NetworkOutcome = s.act(&nr.NetworkObservation, &nr.NetworkDecision, nr.NetworkOutcome, now)
 		s.report(ctx, rep, nr)
 	}
+	rep.Result = sweepResult(rep)
 	rep.Duration = time.Since(start)
 	if s.Metrics != nil {
 		s.Metrics.Observe(rep, time.Now())
 	}
 	return rep
+}
+
+// sweepResult is a sweep's result from its stages' values: a store that
+// could not be written makes it SweepStoreError; else a CRI answer not usable
+// makes it SweepCRIError; else the data dir not listed, or a store not read
+// (an unreadable one not rebuilt and read again), SweepStoreError.
+func sweepResult(rep *SweepReport) string {
+	read := rep.storesErr == nil
+	for _, nr := range rep.Networks {
+		if nr.WriteErr != nil {
+			return SweepStoreError
+		}
+		if nr.firstReadErr != nil && (ErrorClass(nr.firstReadErr) != ClassUnreadable || nr.ReadErr != nil) {
+			read = false
+		}
+	}
+	switch {
+	case !rep.CRI.Complete:
+		return SweepCRIError
+	case !read:
+		return SweepStoreError
+	}
+	return SweepOK
 }
 
 // syncStores creates the state of each store found and deletes that of each

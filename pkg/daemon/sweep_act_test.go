@@ -44,8 +44,8 @@ func TestSweepReclaimsLeaksAfterMisses(t *testing.T) {
 
 	rep := e.sweepAt(t0.Add(2 * time.Minute)) // third miss, absent for the 2m grace
 	nr := e.net(rep)
-	if len(nr.Reclaimed) != 2 || nr.Err != nil {
-		t.Fatalf("third sweep reclaimed %d (err %v), want the 2 leaks; decisions %+v", len(nr.Reclaimed), nr.Err, nr.Verdict.Decisions)
+	if len(nr.Reclaimed) != 2 || nr.Err() != nil {
+		t.Fatalf("third sweep reclaimed %d (err %v), want the 2 leaks; decisions %+v", len(nr.Reclaimed), nr.Err(), nr.Verdict.Decisions)
 	}
 	recs := e.records()
 	if len(recs) != 1 || recs[s.live.IP] == nil {

@@ -263,7 +263,7 @@ func TestSweepNoRebuildFromEmptyAnswer(t *testing.T) {
 	}
 	e.cri.set("sb-a", reclaim.SandboxReady, a.IP)
 	if nr := e.net(e.sweepAt(t0.Add(2 * time.Minute))); nr.Rebuilt == "" {
-		t.Fatalf("not rebuilt once the runtime listed its sandbox: %v", nr.Err)
+		t.Fatalf("not rebuilt once the runtime listed its sandbox: %v", nr.Err())
 	}
 	if recs := e.records(); recs[a.IP] == nil {
 		t.Fatalf("rebuilt store %v", keys(recs))

@@ -69,8 +69,8 @@ func TestSweepLeavesReallocatedAddress(t *testing.T) {
 			if d.Action != reclaim.Release {
 				t.Fatalf("precondition: the snapshot's record should be due (got %v %q)", d.Action, d.Reason)
 			}
-			if len(nr.Reclaimed) != 0 || nr.Err != nil {
-				t.Fatalf("reclaimed %v (err %v): the re-allocated address was released", nr.Reclaimed, nr.Err)
+			if len(nr.Reclaimed) != 0 || nr.Err() != nil {
+				t.Fatalf("reclaimed %v (err %v): the re-allocated address was released", nr.Reclaimed, nr.Err())
 			}
 			r := e.records()[old.IP]
 			if r == nil || r.ContainerID != tc.newID || !r.Created.Equal(t0.Add(-time.Millisecond)) || r.State != allocator.StatePending {
@@ -268,8 +268,8 @@ func TestSweepCommitsNothingWhenAllChangedSince(t *testing.T) {
 	if d := e.net(rep).Verdict.Decisions; len(d) != 1 || d[0].Obs.Misses != 1 {
 		t.Fatalf("precondition: the snapshot's record should get its first miss: %+v", d)
 	}
-	if rep.Result != SweepOK || e.net(rep).Err != nil {
-		t.Fatalf("sweep: %s %v", rep.Result, e.net(rep).Err)
+	if rep.Result != SweepOK || e.net(rep).Err() != nil {
+		t.Fatalf("sweep: %s %v", rep.Result, e.net(rep).Err())
 	}
 	if !bytes.Equal(fileBytes(t, e.path), after) {
 		t.Fatal("the sweep committed a transaction that wrote nothing")
