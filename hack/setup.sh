@@ -13,9 +13,12 @@
 #   7. the image tool in the cache the deploy tests use (hack/image.sh --tool)
 #   8. the Go build cache of every test binary and of every binary the tests
 #      build in their TestMain (so no suite compiles while another runs)
-#   9. the release's artefacts once, into a scratch dir (make release: the
-#      arm64 cross-build, the chart package, the multi-arch image), so that
-#      deploy/release_test.go finds them in the build cache
+#   9. the release's artefacts once, into bin/make-test-release (make
+#      release: the arm64 cross-build, the chart package, the multi-arch
+#      image): hack/test.sh hands it to deploy/release_test.go (as the
+#      release its own build must equal, byte for byte) and to the real-node
+#      suite (the release README's Quick start installs), once it has checked
+#      that it is a release of the tree under test
 #  10. crane and skopeo, the registry tools of README's Quick start that
 #      e2e/k8s runs as written (hack/registry-setup.sh)
 #
@@ -90,12 +93,11 @@ warm_go() {
 }
 step 8 "Go build cache of the tests" warm_go
 release_once() {
-	local d r
-	d=$(mktemp -d /tmp/hostlease-setup-dist.XXXXXX)
-	make --no-print-directory release DIST="$d"
-	r=$?
-	rm -rf "$d"
-	return $r
+	local stamp
+	rm -rf bin/make-test-release bin/make-test-release.tree
+	stamp=$(bash hack/tree-stamp.sh) &&
+		mkdir -p bin && make --no-print-directory release DIST=bin/make-test-release &&
+		echo "$stamp" >bin/make-test-release.tree
 }
 if [ "$root" = 1 ]; then
 	step 9 "release artefacts (cross-built binaries, chart, image)" release_once

@@ -32,6 +32,11 @@ cd "$(dirname "$0")/.."
 # itself; the machine's busy seconds come from /proc/stat, so that the wall
 # time can be read against what the cores can do.
 cpu_dir=$(mktemp -d /tmp/hostlease-test-cpu.XXXXXX)
+# One build of each binary the tests exec for the whole run
+# (internal/testing/testbin.CacheEnv), instead of one per test package.
+testbin_cache=$(mktemp -d /tmp/hostlease-testbin.XXXXXX)
+export HOSTLEASE_TESTBIN_CACHE=$testbin_cache
+
 # timed NAME CMD... runs CMD in such a shell; the real-node suite, which also
 # needs a session of its own, runs timed_sh under setsid.
 timed_sh='"$@"; rc=$?; times >"$CPU_OUT"; exit $rc'
@@ -65,10 +70,21 @@ stop_k8s() {
 		kill -TERM -- "-$k8s_pid" 2>/dev/null
 		wait "$k8s_pid" 2>/dev/null
 	fi
-	rm -rf "$k8s_out" "$gate" "$cpu_dir"
+	rm -rf "$k8s_out" "$gate" "$cpu_dir" "$testbin_cache"
 	kill "$load_pid" 2>/dev/null
 }
 trap 'stop_k8s; exit 130' INT TERM
+
+# The release setup built (hack/setup.sh step 9) is handed to deploy's
+# TestRelease, as the build its own must equal byte for byte, and to the
+# real-node suite, which installs it, when it is a release of this very tree
+# (hack/tree-stamp.sh); otherwise each builds its own, as when run alone.
+if [ -f bin/make-test-release.tree ] && [ "$(cat bin/make-test-release.tree)" = "$(bash hack/tree-stamp.sh)" ]; then
+	export HOSTLEASE_RELEASE_REF=$PWD/bin/make-test-release HOSTLEASE_K8S_RELEASE=$PWD/bin/make-test-release
+	echo "test: setup's release is this tree's: TestRelease compares its build with it, the real-node suite installs it"
+else
+	echo "test: no release of this tree from setup: TestRelease builds two, the real-node suite one"
+fi
 
 rc=0
 u0=$SECONDS
@@ -97,7 +113,7 @@ echo "test: peak 1-minute load average $(awk '$3 > m { m = $3 } END { print m + 
 wall=$((SECONDS - t0))
 busy=$(($(machine_busy) - busy0))
 echo "test: CPU-s (user+system of each part's own processes; a container's, a shim's or a daemon's that outlives its parent are the machine's only): unit+integration $(cpu_of unit), containerd suites $(cpu_of e2e), CRI-O $(cpu_of crio), real nodes $(cpu_of k8s)"
-rm -rf "$cpu_dir"
+rm -rf "$cpu_dir" "$testbin_cache"
 echo "test: the machine was busy $busy of $((wall * $(nproc))) CPU-s ($(nproc) cores x ${wall}s): $((100 * busy / (wall * $(nproc) + 1)))%"
 echo "test: $([ "$rc" = 0 ] && echo passed || echo FAILED) in ${wall}s (after setup, lint and build)"
 exit $rc

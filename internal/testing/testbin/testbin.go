@@ -9,11 +9,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -28,14 +31,19 @@ const (
 	Loopback   = "github.com/containernetworking/plugins/plugins/main/loopback"
 )
 
+// CacheEnv names a directory that every test package of one run shares
+// for the binaries Build makes: the first package to need one builds it
+// there (under a lock), the others copy it. hack/test.sh sets it to a new
+// directory for each make test and removes it after: the tree must not
+// change while it is set. Unset, each package builds its own.
+const CacheEnv = "HOSTLEASE_TESTBIN_CACHE"
+
 // Build builds every package of bins (file name → import path) into dir, in
 // parallel, and returns every build's error joined (with the compiler's
-// output). dir must exist.
+// output). dir must exist. With CacheEnv set, a binary already built in this
+// run is copied from there instead.
 func Build(dir string, bins map[string]string) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	cache := os.Getenv(CacheEnv)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -43,17 +51,90 @@ func Build(dir string, bins map[string]string) error {
 	)
 	for name, pkg := range bins {
 		wg.Go(func() {
-			cmd := exec.Command(goBin, "build", "-buildvcs=false", "-o", filepath.Join(dir, name), pkg)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
+			var err error
+			if cache == "" {
+				err = goBuild(filepath.Join(dir, name), pkg)
+			} else {
+				err = fromCache(cache, filepath.Join(dir, name), pkg)
+			}
+			if err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("go build %s: %v\n%s", pkg, err, out))
+				errs = append(errs, err)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// goBuild builds pkg into out as every test binary is built: static
+// (CGO_ENABLED=0), without VCS stamping.
+func goBuild(out, pkg string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(goBin, "build", "-buildvcs=false", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// fromCache copies pkg's binary from the run's cache dir to out, building it
+// there first if no package of this run has (one builder at a time per
+// binary: the lock is an flock on a file beside it, held across processes).
+// A copy, not a link: a test may damage its binary.
+func fromCache(cache, out, pkg string) error {
+	key := strings.NewReplacer("/", "_", ".", "_").Replace(pkg)
+	bin := filepath.Join(cache, key)
+	lock, err := os.OpenFile(bin+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %v", lock.Name(), err)
+	}
+	if _, err := os.Stat(bin); os.IsNotExist(err) {
+		if err := goBuild(bin+".tmp", pkg); err != nil {
+			return err
+		}
+		if err := os.Rename(bin+".tmp", bin); err != nil {
+			return err
+		}
+	}
+	return copyFile(bin, out)
+}
+
+// copyFile copies src to dst as go build writes its output: a new file
+// renamed over dst (a dst being executed is replaced, not written).
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	o, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(o, in)
+	if err == nil {
+		err = o.Chmod(0o755)
+	}
+	if cerr := o.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(o.Name(), dst)
+	}
+	if err != nil {
+		os.Remove(o.Name())
+	}
+	return err
 }
 
 // BuildTemp makes a temporary directory named after prefix and builds bins
