@@ -49,3 +49,24 @@ func TestBuildSharesOneBuildPerRun(t *testing.T) {
 		t.Fatalf("copy not executable: %v %v", fi, err)
 	}
 }
+
+// A cache dir others can write is refused: nobody else may plant the
+// binaries the tests run as root.
+func TestBuildRefusesAnUntrustedCache(t *testing.T) {
+	cache := t.TempDir()
+	if err := os.Chmod(cache, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(CacheEnv, cache)
+	if err := Build(t.TempDir(), map[string]string{"fail": FailPlugin}); err == nil {
+		t.Fatalf("built from a world-writable cache dir %s", cache)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(CacheEnv, link)
+	if err := Build(t.TempDir(), map[string]string{"fail": FailPlugin}); err == nil {
+		t.Fatalf("built through a symbolic link %s", link)
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/hostlease/hostlease/internal/trustfs"
 )
 
 // Import paths of the binaries tests build, keyed by the name they are
@@ -86,11 +88,18 @@ func goBuild(out, pkg string) error {
 // fromCache copies pkg's binary from the run's cache dir to out, building it
 // there first if no package of this run has (one builder at a time per
 // binary: the lock is an flock on a file beside it, held across processes).
-// A copy, not a link: a test may damage its binary.
+// The cache dir must pass trustfs's checks (not a link, owned by this user
+// or root, not writable by group or others), so that nobody else can plant
+// a binary the tests then run as root. A copy, not a link: a test may
+// damage its binary.
 func fromCache(cache, out, pkg string) error {
+	d, err := trustfs.OpenDir(cache)
+	if err != nil {
+		return fmt.Errorf("%s: %w", CacheEnv, err)
+	}
+	defer d.Close()
 	key := strings.NewReplacer("/", "_", ".", "_").Replace(pkg)
-	bin := filepath.Join(cache, key)
-	lock, err := os.OpenFile(bin+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := d.OpenFile(key+".lock", os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return err
 	}
@@ -98,7 +107,8 @@ func fromCache(cache, out, pkg string) error {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("lock %s: %v", lock.Name(), err)
 	}
-	if _, err := os.Stat(bin); os.IsNotExist(err) {
+	bin := filepath.Join(d.Path(), key)
+	if _, err := os.Lstat(bin); errors.Is(err, os.ErrNotExist) {
 		if err := goBuild(bin+".tmp", pkg); err != nil {
 			return err
 		}
