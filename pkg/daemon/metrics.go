@@ -137,7 +137,7 @@ func (m *Metrics) Observe(rep *SweepReport, finished time.Time) {
 			o.counts = newNetCounters()
 		}
 		o.counts.add(nr)
-		if nr.swept() {
+		if nr.readable() {
 			o.gauges = gaugesOf(nr, rep.DryRun)
 		}
 		seen[nr.Network] = o

@@ -58,7 +58,7 @@ func (s *Sweeper) report(ctx context.Context, rep *SweepReport, nr *NetworkRepor
 	if nr.Snapshot != nil && nr.firstReadErr == nil && !rep.DryRun {
 		s.reportPluginReleases(ctx, log, rep, nr)
 	}
-	if nr.swept() {
+	if nr.readable() {
 		s.reportDecisions(ctx, log, rep, nr)
 	}
 }

@@ -187,11 +187,6 @@ func (nr *NetworkReport) Err() error {
 	return nr.ReadErr
 }
 
-// swept reports whether the sweep read the store and decided on it (a failed
-// write leaves it so: what was decided is still what the store holds, bar
-// the writes).
-func (nr *NetworkReport) swept() bool { return nr.readable() }
-
 // storeErrors are the store errors the sweep met on the network (read,
 // write), for metrics.
 func (nr *NetworkReport) storeErrors() []storeError {
@@ -205,7 +200,8 @@ func (nr *NetworkReport) storeErrors() []storeError {
 }
 
 // readable reports whether the store was read whole (the read Snapshot
-// comes from failed on nothing).
+// comes from failed on nothing): the sweep decided on it, and a failed write
+// (the outcome's WriteErr) leaves it so.
 func (o *NetworkObservation) readable() bool { return o.Snapshot != nil && o.ReadErr == nil }
 
 func (s *Sweeper) now() time.Time {
